@@ -1,0 +1,21 @@
+"""Keras 3 layers: residual (RealFormer) attention, NormFormer blocks, encoder stack."""
+
+from realformer_tf.layers.activations import get_activation
+from realformer_tf.layers.attention import ResidualMultiHeadAttention
+from realformer_tf.layers.embeddings import BertEmbeddings
+from realformer_tf.layers.encoder import TransformerEncoder
+from realformer_tf.layers.transformer import (
+    LAYER_NORM_TYPES,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
+
+__all__ = [
+    "BertEmbeddings",
+    "LAYER_NORM_TYPES",
+    "ResidualMultiHeadAttention",
+    "TransformerDecoderBlock",
+    "TransformerEncoder",
+    "TransformerEncoderBlock",
+    "get_activation",
+]

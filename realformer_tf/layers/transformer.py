@@ -1,0 +1,285 @@
+"""Transformer encoder and decoder blocks: post-LN, pre-LN and NormFormer, with or
+without RealFormer residual attention.
+
+`layer_norm_type`:
+  post        x = LN(x + Attn(x));            x = LN(x + FFN(x))            (BERT)
+  pre         x = x + Attn(LN(x));            x = x + FFN(LN(x))
+  normformer  x = x + LN_post(Attn'(LN(x)));  x = r*x + W2 LN_fc(act(W1 LN(x)))
+              with Attn' scaling each head (NormFormer), r the optional residual scale.
+The final LayerNorm of pre/normformer stacks belongs to the stack, not the block.
+
+Residual attention is orthogonal: with it on, the block feeds `prev_scores` to its
+attention layer; with it off, `prev_scores` is ignored and each layer returns its own
+scores (so analysis works for every variant).
+"""
+
+import keras
+
+from realformer_tf.layers.activations import get_activation
+from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS, ResidualMultiHeadAttention
+
+LAYER_NORM_TYPES = ("post", "pre", "normformer")
+
+
+def check_layer_norm_type(layer_norm_type):
+    if layer_norm_type not in LAYER_NORM_TYPES:
+        raise ValueError(
+            f"layer_norm_type={layer_norm_type!r}; use one of {', '.join(LAYER_NORM_TYPES)}"
+        )
+
+
+class _BlockBase(keras.layers.Layer):
+    """Options and sublayers shared by encoder and decoder blocks."""
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_size,
+        hidden_act="gelu",
+        hidden_dropout=0.1,
+        attention_dropout=0.1,
+        layer_norm_type="post",
+        residual_attention=True,
+        use_running_mean=False,
+        layer_index=0,
+        head_scale_position="before_projection",
+        use_residual_scale=False,
+        initializer_range=0.02,
+        layer_norm_epsilon=1e-12,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check_layer_norm_type(layer_norm_type)
+        if head_scale_position not in HEAD_SCALE_POSITIONS:
+            raise ValueError(
+                f"head_scale_position={head_scale_position!r}; use one of {HEAD_SCALE_POSITIONS}"
+            )
+        if use_residual_scale and layer_norm_type != "normformer":
+            raise ValueError("use_residual_scale is a NormFormer option; set layer_norm_type='normformer'")
+        self.num_heads = int(num_heads)
+        self.intermediate_size = int(intermediate_size)
+        self.hidden_act = hidden_act
+        self.activation = get_activation(hidden_act)
+        self.hidden_dropout = float(hidden_dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.layer_norm_type = layer_norm_type
+        self.residual_attention = bool(residual_attention)
+        self.use_running_mean = bool(use_running_mean)
+        self.layer_index = int(layer_index)
+        self.head_scale_position = head_scale_position
+        self.use_residual_scale = bool(use_residual_scale)
+        self.initializer_range = float(initializer_range)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.normformer = layer_norm_type == "normformer"
+
+    # -- sublayer factories -------------------------------------------------------------
+    def _initializer(self):
+        return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+
+    def _layer_norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy
+        )
+
+    def _dense(self, units, name, activation=None):
+        return keras.layers.Dense(
+            units,
+            activation=activation,
+            kernel_initializer=self._initializer(),
+            name=name,
+            dtype=self.dtype_policy,
+        )
+
+    def _dropout(self, name):
+        return keras.layers.Dropout(self.hidden_dropout, name=name, dtype=self.dtype_policy)
+
+    def _attention(self, hidden_size, name):
+        return ResidualMultiHeadAttention(
+            num_heads=self.num_heads,
+            key_dim=hidden_size // self.num_heads,
+            dropout=self.attention_dropout,
+            use_running_mean=self.residual_attention and self.use_running_mean,
+            layer_index=self.layer_index,
+            use_head_scale=self.normformer,
+            head_scale_position=self.head_scale_position,
+            kernel_initializer=self._initializer(),
+            name=name,
+            dtype=self.dtype_policy,
+        )
+
+    def _check_hidden_size(self, hidden_size):
+        if hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden size {hidden_size} is not a multiple of num_heads={self.num_heads}"
+            )
+
+    def _build_feed_forward(self, input_shape):
+        hidden_size = input_shape[-1]
+        inner_shape = tuple(input_shape[:-1]) + (self.intermediate_size,)
+        self.intermediate_dense = self._dense(self.intermediate_size, "intermediate")
+        self.intermediate_dense.build(input_shape)
+        self.output_dense = self._dense(hidden_size, "output")
+        self.output_dense.build(inner_shape)
+        self.output_dropout = self._dropout("output_dropout")
+        self.output_layer_norm = self._layer_norm("output_layer_norm")
+        self.output_layer_norm.build(input_shape)
+        if self.normformer:
+            self.intermediate_layer_norm = self._layer_norm("intermediate_layer_norm")
+            self.intermediate_layer_norm.build(inner_shape)
+        if self.use_residual_scale:
+            self.residual_scale = self.add_weight(
+                name="residual_scale", shape=(hidden_size,), initializer="ones"
+            )
+
+    # -- sublayer application -----------------------------------------------------------
+    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention):
+        """Applies one attention sublayer in the configured LayerNorm arrangement.
+
+        `call_attention(h)` runs the attention on the normalized (pre/normformer) or raw
+        (post) input and returns (output, scores).
+        """
+        if self.layer_norm_type == "post":
+            out, scores = call_attention(x)
+            return layer_norm(x + dropout(out)), scores
+        out, scores = call_attention(layer_norm(x))
+        if self.normformer:
+            out = post_norm(out)
+        return x + dropout(out), scores
+
+    def _feed_forward_sublayer(self, x, training):
+        h = x if self.layer_norm_type == "post" else self.output_layer_norm(x)
+        inner = self.activation(self.intermediate_dense(h))
+        if self.normformer:
+            inner = self.intermediate_layer_norm(inner)
+        out = self.output_dropout(self.output_dense(inner), training=training)
+        if self.layer_norm_type == "post":
+            return self.output_layer_norm(x + out)
+        residual = x * self.residual_scale if self.use_residual_scale else x
+        return residual + out
+
+    def _prev(self, prev_scores):
+        return prev_scores if self.residual_attention else None
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            hidden_act=self.hidden_act,
+            hidden_dropout=self.hidden_dropout,
+            attention_dropout=self.attention_dropout,
+            layer_norm_type=self.layer_norm_type,
+            residual_attention=self.residual_attention,
+            use_running_mean=self.use_running_mean,
+            layer_index=self.layer_index,
+            head_scale_position=self.head_scale_position,
+            use_residual_scale=self.use_residual_scale,
+            initializer_range=self.initializer_range,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class TransformerEncoderBlock(_BlockBase):
+    """Self-attention + feed-forward block. Call: `block(x, attention_mask, prev_scores)`
+    -> `(output, scores)`."""
+
+    def build(self, input_shape):
+        hidden_size = input_shape[-1]
+        self._check_hidden_size(hidden_size)
+        self.attention = self._attention(hidden_size, "attention")
+        self.attention.build(input_shape, input_shape)
+        self.attention_dropout_layer = self._dropout("attention_output_dropout")
+        self.attention_layer_norm = self._layer_norm("attention_layer_norm")
+        self.attention_layer_norm.build(input_shape)
+        if self.normformer:
+            self.attention_post_layer_norm = self._layer_norm("attention_post_layer_norm")
+            self.attention_post_layer_norm.build(input_shape)
+        self._build_feed_forward(input_shape)
+        super().build(input_shape)
+
+    def call(self, x, attention_mask=None, prev_scores=None, training=None):
+        def call_attention(h):
+            return self.attention(
+                h, h, attention_mask=attention_mask, prev_scores=self._prev(prev_scores),
+                training=training,
+            )
+
+        x, scores = self._attention_sublayer(
+            x,
+            self.attention_layer_norm,
+            getattr(self, "attention_post_layer_norm", None),
+            lambda t: self.attention_dropout_layer(t, training=training),
+            call_attention,
+        )
+        return self._feed_forward_sublayer(x, training), scores
+
+    def compute_output_shape(self, input_shape):
+        return input_shape, (input_shape[0], self.num_heads, input_shape[1], input_shape[1])
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class TransformerDecoderBlock(_BlockBase):
+    """Causal self-attention + cross-attention + feed-forward.
+
+    Self- and cross-attention carry separate score paths (RealFormer on ADMIN):
+    `block(x, memory, self_attention_mask, memory_mask, prev_self_scores,
+    prev_cross_scores)` -> `(output, self_scores, cross_scores)`.
+    """
+
+    def build(self, x_shape, memory_shape=None):
+        input_shape = x_shape
+        memory_shape = input_shape if memory_shape is None else memory_shape
+        hidden_size = input_shape[-1]
+        self._check_hidden_size(hidden_size)
+        self.self_attention = self._attention(hidden_size, "self_attention")
+        self.self_attention.build(input_shape, input_shape)
+        self.self_attention_dropout = self._dropout("self_attention_output_dropout")
+        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm")
+        self.self_attention_layer_norm.build(input_shape)
+        self.cross_attention = self._attention(hidden_size, "cross_attention")
+        self.cross_attention.build(input_shape, memory_shape)
+        self.cross_attention_dropout = self._dropout("cross_attention_output_dropout")
+        self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm")
+        self.cross_attention_layer_norm.build(input_shape)
+        if self.normformer:
+            self.self_attention_post_layer_norm = self._layer_norm("self_attention_post_layer_norm")
+            self.self_attention_post_layer_norm.build(input_shape)
+            self.cross_attention_post_layer_norm = self._layer_norm("cross_attention_post_layer_norm")
+            self.cross_attention_post_layer_norm.build(input_shape)
+        self._build_feed_forward(input_shape)
+        super().build(input_shape)
+
+    def call(
+        self,
+        x,
+        memory,
+        self_attention_mask=None,
+        memory_mask=None,
+        prev_self_scores=None,
+        prev_cross_scores=None,
+        training=None,
+    ):
+        x, self_scores = self._attention_sublayer(
+            x,
+            self.self_attention_layer_norm,
+            getattr(self, "self_attention_post_layer_norm", None),
+            lambda t: self.self_attention_dropout(t, training=training),
+            lambda h: self.self_attention(
+                h, h, attention_mask=self_attention_mask,
+                prev_scores=self._prev(prev_self_scores), use_causal_mask=True,
+                training=training,
+            ),
+        )
+        x, cross_scores = self._attention_sublayer(
+            x,
+            self.cross_attention_layer_norm,
+            getattr(self, "cross_attention_post_layer_norm", None),
+            lambda t: self.cross_attention_dropout(t, training=training),
+            lambda h: self.cross_attention(
+                h, memory, attention_mask=memory_mask,
+                prev_scores=self._prev(prev_cross_scores), training=training,
+            ),
+        )
+        return self._feed_forward_sublayer(x, training), self_scores, cross_scores
