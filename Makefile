@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export KERAS_BACKEND := tensorflow
 
-.PHONY: demo test test-all venv bench clean
+.PHONY: demo test test-fast venv bench clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,13 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# Fast tests (the default run, ~minutes on 2 cores).
+# All tests, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
-
-# Everything, including the slow end-to-end tests (what CI runs).
-test-all: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# Only the fast unit tests, for quick iteration.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
 
 demo: $(STAMP)
 	$(PY) demo.py --output_dir=demo_output
