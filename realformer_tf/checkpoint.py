@@ -1,0 +1,130 @@
+"""Name-based (TF1-style) checkpoint I/O under the original BERT variable names.
+
+Models describe themselves as `{original_name: keras_variable}` maps; this module reads
+and writes such maps with clear errors. Everything goes through TF's file systems, so
+`gs://` prefixes work as with the original scripts.
+"""
+
+import os
+import uuid
+
+import numpy as np
+import tensorflow as tf
+
+# Variables an original training checkpoint holds that are not model weights.
+_NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
+_NON_MODEL_NAMES = ("global_step", "_CHECKPOINTABLE_OBJECT_GRAPH")
+_OBJECT_BASED_MARKER = ".ATTRIBUTES/VARIABLE_VALUE"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not match the model it is loaded into."""
+
+
+def resolve_checkpoint(path):
+    """A checkpoint prefix, or a directory (its latest checkpoint) -> prefix."""
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"{path} is a directory without a checkpoint")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise CheckpointError(
+            f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
+            "/path/bert_model.ckpt, not one of its files"
+        )
+    return path
+
+
+def list_checkpoint(prefix):
+    """{name: shape} of every variable stored under `prefix`."""
+    return dict(tf.train.list_variables(prefix))
+
+
+def is_object_based(names):
+    return any(_OBJECT_BASED_MARKER in name for name in names)
+
+
+def _is_model_weight(name):
+    return not (name in _NON_MODEL_NAMES or name.endswith(_NON_MODEL_SUFFIXES))
+
+
+def _format_names(names, limit=8):
+    names = sorted(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
+
+
+def load_named_variables(prefix, variables, owned_prefixes, description="the model"):
+    """Assigns checkpoint tensors to `variables` ({name: variable}) by name.
+
+    Checkpoint entries that are not model weights (optimizer slots, global_step) are
+    ignored, as are weights outside `owned_prefixes` (e.g. the pretraining heads when
+    loading an encoder). A weight inside `owned_prefixes` that the model lacks means the
+    checkpoint is of another variant or size, and is an error, as is a missing weight or
+    a shape mismatch.
+    """
+    prefix = resolve_checkpoint(prefix)
+    stored = list_checkpoint(prefix)
+    if is_object_based(stored):
+        raise CheckpointError(
+            f"{prefix} is an object-based training checkpoint, not an original-named one; "
+            "convert it with `python convert_checkpoint.py --input_checkpoint=... "
+            "--bert_config_file=... --output_checkpoint=...`"
+        )
+    missing = [name for name in variables if name not in stored]
+    if missing:
+        raise CheckpointError(
+            f"{prefix} lacks {len(missing)} variable(s) that {description} needs: "
+            f"{_format_names(missing)}. Is bert_config_file the one this checkpoint was "
+            "trained with (layer_norm_type, normformer switches, sizes)?"
+        )
+    unexpected = [
+        name for name in stored
+        if _is_model_weight(name)
+        and name not in variables
+        and name.startswith(tuple(owned_prefixes))
+    ]
+    if unexpected:
+        raise CheckpointError(
+            f"{prefix} holds {len(unexpected)} variable(s) that {description} does not have: "
+            f"{_format_names(unexpected)}. The checkpoint is of another variant or size than "
+            "bert_config_file describes."
+        )
+    mismatched = [
+        f"{name} (checkpoint {stored[name]}, model {list(var.shape)})"
+        for name, var in variables.items()
+        if list(stored[name]) != list(var.shape)
+    ]
+    if mismatched:
+        raise CheckpointError(
+            f"{prefix} has shapes that differ from {description}: {_format_names(mismatched, 5)}. "
+            "Check bert_config_file (hidden_size, vocab_size, num_attention_heads, ...)."
+        )
+    reader = tf.train.load_checkpoint(prefix)
+    for name, var in variables.items():
+        var.assign(reader.get_tensor(name).astype(np.dtype(var.dtype)))
+    return prefix
+
+
+def save_named_variables(prefix, variables):
+    """Writes {name: variable} as a name-based checkpoint at `prefix`, atomically.
+
+    The tensors are written under a temporary prefix and renamed into place, data
+    before index: the `.index` file is what makes a checkpoint visible, so a crash never
+    leaves a half-written checkpoint under `prefix`.
+    """
+    directory = os.path.dirname(prefix)
+    if directory:
+        tf.io.gfile.makedirs(directory)
+    temp = f"{prefix}.tmp-{uuid.uuid4().hex}"
+    names = sorted(variables)
+    tf.raw_ops.SaveV2(
+        prefix=temp,
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[tf.convert_to_tensor(variables[name]) for name in names],
+    )
+    for suffix in (".data-00000-of-00001", ".index"):
+        tf.io.gfile.rename(temp + suffix, prefix + suffix, overwrite=True)
+    return prefix

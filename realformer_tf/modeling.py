@@ -1,0 +1,330 @@
+"""BERT-compatible models: `BertConfig`, `BertModel` and the task heads, reading and
+writing original BERT / RealFormer checkpoints by name (see DESIGN.md).
+
+    config = modeling.BertConfig.from_json_file("bert_config.json")
+    model = modeling.BertModel(config)
+    out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg})
+    model.load_bert_checkpoint("bert_model.ckpt")
+"""
+
+import keras
+import tensorflow as tf
+
+from realformer_tf import checkpoint as ckpt
+from realformer_tf.checkpoint import CheckpointError  # noqa: F401  (public)
+from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (public)
+from realformer_tf.layers.embeddings import BertEmbeddings
+from realformer_tf.layers.encoder import TransformerEncoder
+from realformer_tf.layers.heads import BertLogits, MaskedLMHead
+
+LAYER_NORM_EPSILON = 1e-12
+
+
+def _dense_vars(prefix, dense):
+    return {f"{prefix}/kernel": dense.kernel, f"{prefix}/bias": dense.bias}
+
+
+def _layer_norm_vars(prefix, layer_norm):
+    return {f"{prefix}/gamma": layer_norm.gamma, f"{prefix}/beta": layer_norm.beta}
+
+
+def _logits_vars(prefix, logits_layer):
+    return {f"{prefix}output_weights": logits_layer.output_weights,
+            f"{prefix}output_bias": logits_layer.output_bias}
+
+
+class _BertCheckpointIO:
+    """`load_bert_checkpoint` / `save_bert_checkpoint` over a model's name map.
+
+    Subclasses define `_checkpoint_variables(include_heads)`, `_head_prefixes` and
+    `_dummy_inputs()`.
+    """
+
+    _head_prefixes = ()
+
+    def _ensure_built(self):
+        if not self.built:
+            self(self._dummy_inputs(), training=False)
+
+    def bert_checkpoint_variables(self, include_heads=True):
+        """{original BERT name: variable} for every weight of the model."""
+        self._ensure_built()
+        return self._checkpoint_variables(include_heads)
+
+    def load_bert_checkpoint(self, prefix, skip_heads=False):
+        """Loads an original-named checkpoint (a prefix or a directory).
+
+        Optimizer slots and `global_step` are ignored, and so are heads the model does not
+        have; `skip_heads=True` also leaves this model's own heads as initialized
+        (fine-tuning from a pretraining checkpoint). Raises CheckpointError naming any
+        missing, unexpected or mis-shaped variable.
+        """
+        owned = ("bert/",) + (() if skip_heads else tuple(self._head_prefixes))
+        return ckpt.load_named_variables(
+            prefix, self.bert_checkpoint_variables(include_heads=not skip_heads), owned,
+            description=f"{type(self).__name__} ({self.config.describe()})",
+        )
+
+    def save_bert_checkpoint(self, prefix):
+        """Writes every weight under its original BERT name (a TF1 name-based checkpoint)."""
+        return ckpt.save_named_variables(prefix, self.bert_checkpoint_variables())
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class BertModel(_BertCheckpointIO, keras.Model):
+    """The BERT / RealFormer / NormFormer encoder with BERT's outputs.
+
+    Inputs: dict with `input_ids` [B, L] and optional `input_mask` (default all ones) and
+    `segment_ids` (default zeros). Outputs: dict with `sequence_output` [B, L, H],
+    `pooled_output` [B, H], `encoder_outputs` (one [B, L, H] per layer) and
+    `attention_scores` (one carried [B, heads, L, L] score tensor per layer).
+    """
+
+    def __init__(self, config, **kwargs):
+        if isinstance(config, dict):
+            config = BertConfig.from_dict(config)
+        kwargs.setdefault("name", "bert")
+        super().__init__(**kwargs)
+        self.config = config
+        self.embeddings = BertEmbeddings(
+            vocab_size=config.vocab_size,
+            hidden_size=config.hidden_size,
+            max_position_embeddings=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            hidden_dropout=config.hidden_dropout_prob,
+            initializer_range=config.initializer_range,
+            layer_norm_epsilon=LAYER_NORM_EPSILON,
+            name="embeddings",
+            dtype=self.dtype_policy,
+        )
+        self.encoder = TransformerEncoder(
+            num_layers=config.num_hidden_layers,
+            num_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+            hidden_act=config.hidden_act,
+            hidden_dropout=config.hidden_dropout_prob,
+            attention_dropout=config.attention_probs_dropout_prob,
+            layer_norm_type=config.layer_norm_type,
+            residual_attention=config.residual_attention,
+            use_running_mean=config.use_running_mean,
+            head_scale_position=config.normformer_head_scale_position,
+            use_residual_scale=config.normformer_residual_scale,
+            initializer_range=config.initializer_range,
+            layer_norm_epsilon=LAYER_NORM_EPSILON,
+            name="encoder",
+            dtype=self.dtype_policy,
+        )
+        self.pooler = keras.layers.Dense(
+            config.hidden_size,
+            activation="tanh",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=config.initializer_range),
+            name="pooler",
+            dtype=self.dtype_policy,
+        )
+
+    def _dummy_inputs(self):
+        return {"input_ids": tf.zeros([1, 2], tf.int32)}
+
+    def _check_length(self, input_ids):
+        limit = self.config.max_position_embeddings
+        static_len = input_ids.shape[1]
+        if static_len is not None and static_len > limit:
+            raise ValueError(
+                f"sequence length {static_len} exceeds max_position_embeddings={limit} of "
+                "bert_config; lower max_seq_length or use a model with more positions"
+            )
+        if static_len is None:
+            tf.debugging.assert_less_equal(
+                tf.shape(input_ids)[1], limit,
+                message=f"sequence length exceeds max_position_embeddings={limit}",
+            )
+
+    def call(self, inputs, training=None):
+        if not isinstance(inputs, dict) or "input_ids" not in inputs:
+            raise ValueError(
+                "BertModel takes a dict with 'input_ids' and optional 'input_mask', 'segment_ids'"
+            )
+        input_ids = tf.cast(inputs["input_ids"], tf.int32)
+        self._check_length(input_ids)
+        input_mask = inputs.get("input_mask")
+        if input_mask is None:
+            input_mask = tf.ones_like(input_ids)
+        segment_ids = inputs.get("segment_ids")
+        segment_ids = tf.zeros_like(input_ids) if segment_ids is None else tf.cast(segment_ids, tf.int32)
+
+        x = self.embeddings(input_ids, segment_ids, training=training)
+        encoded = self.encoder(x, attention_mask=input_mask, training=training)
+        pooled = self.pooler(encoded["sequence_output"][:, 0])
+        return dict(encoded, pooled_output=pooled)
+
+    def get_embedding_table(self):
+        self._ensure_built()
+        return self.embeddings.word_embeddings
+
+    def _checkpoint_variables(self, include_heads=True):
+        emb = self.embeddings
+        names = {
+            "bert/embeddings/word_embeddings": emb.word_embeddings,
+            "bert/embeddings/token_type_embeddings": emb.token_type_embeddings,
+            "bert/embeddings/position_embeddings": emb.position_embeddings,
+            **_layer_norm_vars("bert/embeddings/LayerNorm", emb.layer_norm),
+        }
+        for i, block in enumerate(self.encoder.blocks):
+            names.update(_block_checkpoint_variables(f"bert/encoder/layer_{i}", block))
+        if self.encoder.final_layer_norm is not None:
+            names.update(_layer_norm_vars("bert/encoder/LayerNorm", self.encoder.final_layer_norm))
+        names.update(_dense_vars("bert/pooler/dense", self.pooler))
+        return names
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert"))
+
+
+def _block_checkpoint_variables(prefix, block):
+    att = block.attention
+    names = {
+        **_dense_vars(f"{prefix}/attention/self/query", att.query_dense),
+        **_dense_vars(f"{prefix}/attention/self/key", att.key_dense),
+        **_dense_vars(f"{prefix}/attention/self/value", att.value_dense),
+        **_dense_vars(f"{prefix}/attention/output/dense", att.output_dense),
+        **_layer_norm_vars(f"{prefix}/attention/output/LayerNorm", block.attention_layer_norm),
+        **_dense_vars(f"{prefix}/intermediate/dense", block.intermediate_dense),
+        **_dense_vars(f"{prefix}/output/dense", block.output_dense),
+        **_layer_norm_vars(f"{prefix}/output/LayerNorm", block.output_layer_norm),
+    }
+    if block.normformer:
+        names[f"{prefix}/attention/output/head_scale"] = att.head_scale
+        names.update(_layer_norm_vars(f"{prefix}/attention/post_LayerNorm", block.attention_post_layer_norm))
+        names.update(_layer_norm_vars(f"{prefix}/intermediate/LayerNorm", block.intermediate_layer_norm))
+    if block.use_residual_scale:
+        names[f"{prefix}/output/residual_scale"] = block.residual_scale
+    return names
+
+
+class _BertWithHead(_BertCheckpointIO, keras.Model):
+    """A `BertModel` (attribute `bert`) plus task heads."""
+
+    def __init__(self, config, **kwargs):
+        if isinstance(config, dict):
+            config = BertConfig.from_dict(config)
+        super().__init__(**kwargs)
+        self.config = config
+        self.bert = BertModel(config, name="bert", dtype=self.dtype_policy)
+
+    def _dummy_inputs(self):
+        return {"input_ids": tf.zeros([1, 2], tf.int32)}
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(BertConfig.from_dict(config["config"]), name=config.get("name"))
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class BertPretrainingModel(_BertWithHead):
+    """BERT with the masked-LM (`cls/predictions`) and next-sentence
+    (`cls/seq_relationship`) heads. Extra input: `masked_lm_positions` [B, P].
+    Extra outputs: `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2]."""
+
+    _head_prefixes = ("cls/",)
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "bert_pretraining")
+        super().__init__(config, **kwargs)
+        cfg = self.config
+        self.masked_lm = MaskedLMHead(
+            cfg.vocab_size, hidden_act=cfg.hidden_act, initializer_range=cfg.initializer_range,
+            layer_norm_epsilon=LAYER_NORM_EPSILON, name="predictions", dtype=self.dtype_policy,
+        )
+        self.next_sentence = BertLogits(
+            2, initializer_range=cfg.initializer_range, name="seq_relationship",
+            dtype=self.dtype_policy,
+        )
+
+    def _dummy_inputs(self):
+        return {"input_ids": tf.zeros([1, 2], tf.int32), "masked_lm_positions": tf.zeros([1, 1], tf.int32)}
+
+    def call(self, inputs, training=None):
+        outputs = self.bert(inputs, training=training)
+        outputs["masked_lm_logits"] = self.masked_lm(
+            outputs["sequence_output"], inputs["masked_lm_positions"], self.bert.get_embedding_table()
+        )
+        outputs["next_sentence_logits"] = self.next_sentence(outputs["pooled_output"])
+        return outputs
+
+    def _checkpoint_variables(self, include_heads=True):
+        names = self.bert._checkpoint_variables()
+        if include_heads:
+            mlm = self.masked_lm
+            names.update(_dense_vars("cls/predictions/transform/dense", mlm.transform_dense))
+            names.update(_layer_norm_vars("cls/predictions/transform/LayerNorm", mlm.transform_layer_norm))
+            names["cls/predictions/output_bias"] = mlm.output_bias
+            names.update(_logits_vars("cls/seq_relationship/", self.next_sentence))
+        return names
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class BertClassifierModel(_BertWithHead):
+    """BERT + dropout + `output_weights`/`output_bias` on the pooled output (the original
+    run_classifier names). Output: `logits` [B, num_labels] (float32)."""
+
+    _head_prefixes = ("output_weights", "output_bias")
+
+    def __init__(self, config, num_labels, **kwargs):
+        kwargs.setdefault("name", "bert_classifier")
+        super().__init__(config, **kwargs)
+        self.num_labels = int(num_labels)
+        self.dropout = keras.layers.Dropout(self.config.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.classifier = BertLogits(
+            self.num_labels, initializer_range=self.config.initializer_range, name="classifier",
+            dtype=self.dtype_policy,
+        )
+
+    def call(self, inputs, training=None):
+        outputs = self.bert(inputs, training=training)
+        pooled = self.dropout(outputs["pooled_output"], training=training)
+        return {"logits": self.classifier(pooled), "pooled_output": outputs["pooled_output"]}
+
+    def _checkpoint_variables(self, include_heads=True):
+        names = self.bert._checkpoint_variables()
+        if include_heads:
+            names.update(_logits_vars("", self.classifier))
+        return names
+
+    def get_config(self):
+        return dict(super().get_config(), num_labels=self.num_labels)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(BertConfig.from_dict(config["config"]), config["num_labels"], name=config.get("name"))
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class BertSquadModel(_BertWithHead):
+    """BERT + `cls/squad/output_weights` [2, hidden] on every token.
+    Outputs: `start_logits`, `end_logits` [B, L] (float32)."""
+
+    _head_prefixes = ("cls/squad/",)
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "bert_squad")
+        super().__init__(config, **kwargs)
+        self.span = BertLogits(2, initializer_range=self.config.initializer_range, name="squad",
+                               dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None):
+        outputs = self.bert(inputs, training=training)
+        logits = self.span(outputs["sequence_output"])
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+    def _checkpoint_variables(self, include_heads=True):
+        names = self.bert._checkpoint_variables()
+        if include_heads:
+            names.update(_logits_vars("cls/squad/", self.span))
+        return names
