@@ -339,3 +339,32 @@ def randomize_weights(layer, seed=0):
             value = rng.normal(0.0, 0.5, size=shape)
         v.assign(value.astype(v.dtype))
     return layer
+
+
+def embeddings(input_ids, segment_ids, word, token_type, position, ln):
+    """BERT embeddings: word + token type + position, then LayerNorm."""
+    seq_len = input_ids.shape[1]
+    x = word[input_ids] + token_type[segment_ids] + position[None, :seq_len]
+    return layer_norm(x, *ln)
+
+
+# ------------------------------------------------------------------ test helpers
+def max_abs_diff(actual, expected):
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    return float(np.max(np.abs(actual - expected)))
+
+
+def assert_close(label, actual, expected, atol):
+    """Asserts |actual - expected| <= atol elementwise and prints the deviation
+    (visible with `pytest -s`) as `DEV <label> <max abs deviation>`."""
+    dev = max_abs_diff(actual, expected)
+    print(f"DEV {label} {dev:.3e}")
+    assert dev <= atol, f"{label}: max abs deviation {dev:.3e} > {atol:.1e}"
+    return dev
+
+
+def padding_mask(batch, seq_len, lengths):
+    """[B, L] 0/1 mask with the given real lengths."""
+    return (np.arange(seq_len)[None, :] < np.asarray(lengths)[:, None]).astype(np.int32)

@@ -1,0 +1,1 @@
+"""Input pipelines (independent of the models): pretraining TFRecords, GLUE, SQuAD."""

@@ -1,0 +1,71 @@
+"""tf.distribute strategy and mixed-precision set-up from the scripts' flags."""
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+MIXED_PRECISION = ("none", "float32", "bfloat16", "float16")
+
+
+def resolve_strategy_name(distribution_strategy, tpu):
+    """`auto` picks tpu when a TPU is named, multi-worker when TF_CONFIG lists several
+    workers, mirrored with several GPUs, else the default strategy."""
+    if distribution_strategy not in STRATEGIES:
+        raise ValueError(
+            f"--distribution_strategy={distribution_strategy!r}; use one of {', '.join(STRATEGIES)}"
+        )
+    if distribution_strategy != "auto":
+        return distribution_strategy
+    if tpu:
+        return "tpu"
+    cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    if len(cluster.get("worker", [])) + len(cluster.get("chief", [])) > 1:
+        return "multi_worker_mirrored"
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return "mirrored"
+    return "default"
+
+
+def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_project=None):
+    """Builds the strategy. TPUs are found with TPUClusterResolver, as the original
+    scripts' --tpu_name/--tpu_zone/--gcp_project did."""
+    name = resolve_strategy_name(distribution_strategy, tpu)
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=tpu or "", zone=tpu_zone, project=gcp_project
+        )
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    if name == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if name == "one_device":
+        device = "/gpu:0" if tf.config.list_physical_devices("GPU") else "/cpu:0"
+        return tf.distribute.OneDeviceStrategy(device)
+    return tf.distribute.get_strategy()
+
+
+def set_mixed_precision(mixed_precision):
+    """Sets the global Keras dtype policy; returns whether float16 loss scaling is needed."""
+    if mixed_precision not in MIXED_PRECISION:
+        raise ValueError(
+            f"--mixed_precision={mixed_precision!r}; use one of {', '.join(MIXED_PRECISION)}"
+        )
+    policy = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}.get(mixed_precision, "float32")
+    keras.mixed_precision.set_global_policy(policy)
+    return mixed_precision == "float16"
+
+
+def per_replica_batch_size(global_batch_size, strategy, flag_name):
+    replicas = strategy.num_replicas_in_sync
+    if global_batch_size % replicas:
+        raise ValueError(
+            f"--{flag_name}={global_batch_size} is not divisible by the {replicas} replicas "
+            f"of the distribution strategy; use a multiple of {replicas}"
+        )
+    return global_batch_size // replicas

@@ -1,0 +1,1 @@
+"""Tasks = model + data + loss + metrics, run by `realformer_tf.training.Trainer`."""

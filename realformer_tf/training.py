@@ -1,0 +1,317 @@
+"""The one training loop shared by pretraining, classification and SQuAD.
+
+Built on orbit (Model Garden's loop library): `iterations_per_loop` steps run inside
+one compiled `tf.while_loop` call, as TPUEstimator did; checkpoints go through
+`tf.train.CheckpointManager` (bounded count; the `checkpoint` index is updated only
+after a save completes, so a crash never points at a half-written checkpoint); a rerun
+with the same output_dir resumes from the latest checkpoint and global step.
+
+A task supplies the model and, per batch, `{metric: (sum, count)}` pairs; the loss is
+the sum of the means of the task's `loss_terms`, each normalized by the count over the
+whole global batch, so N replicas compute exactly what one device would.
+"""
+
+import math
+import time
+
+import numpy as np
+import orbit
+import tensorflow as tf
+from absl import logging
+
+
+class Task:
+    """What a training job is about. Subclasses implement the three methods and name
+    the metrics `metric_sums` returns; the loss is the sum of the `loss_terms` means."""
+
+    metric_names = ("loss",)
+    loss_terms = ("loss",)
+
+    def build_model(self):
+        """Returns the (unbuilt is fine) keras.Model."""
+        raise NotImplementedError
+
+    def initialize(self, model):
+        """Called once for a fresh run (no checkpoint in output_dir), e.g. to load
+        init_checkpoint. Returns a description for the log, or None."""
+        return None
+
+    def metric_sums(self, features, outputs):
+        """{name: (sum over the local batch, count)} for the loss terms and metrics."""
+        raise NotImplementedError
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+class _MetricAccumulator:
+    """Sums of (sum, count) pairs over steps, kept in variables so they can be updated
+    inside the compiled loop."""
+
+    def __init__(self, names):
+        self.names = tuple(names)
+        self.sums = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
+        self.counts = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
+
+    def reset(self):
+        for n in self.names:
+            self.sums[n].assign(0.0)
+            self.counts[n].assign(0.0)
+
+    def add(self, strategy, per_replica_sums):
+        for n in self.names:
+            total, count = per_replica_sums[n]
+            self.sums[n].assign_add(tf.cast(strategy.reduce("SUM", total, axis=None), tf.float64))
+            self.counts[n].assign_add(tf.cast(strategy.reduce("SUM", count, axis=None), tf.float64))
+
+    def means(self, loss_terms):
+        values = {n: float(self.sums[n].numpy() / max(self.counts[n].numpy(), 1e-12)) for n in self.names}
+        values["loss"] = sum(values[t] for t in loss_terms)
+        return values
+
+
+class _OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
+    def __init__(self, trainer, train_dataset, eval_dataset):
+        self._t = trainer
+        self.train_metrics = None
+        self.eval_metrics = None
+        if train_dataset is not None:
+            orbit.StandardTrainer.__init__(self, train_dataset)
+        if eval_dataset is not None:
+            orbit.StandardEvaluator.__init__(self, eval_dataset)
+
+    # -- training ---------------------------------------------------------------------
+    def train_loop_begin(self):
+        if self.train_metrics is None:
+            self.train_metrics = self._t.new_accumulator()
+        self.train_metrics.reset()
+
+    def train_step(self, iterator):
+        self.train_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_train_step, (next(iterator),)))
+
+    def train_loop_end(self):
+        values = self.train_metrics.means(self._t.task.loss_terms)
+        values["learning_rate"] = float(self._t.current_learning_rate())
+        return values
+
+    # -- evaluation -------------------------------------------------------------------
+    def eval_begin(self):
+        if self.eval_metrics is None:
+            self.eval_metrics = self._t.new_accumulator()
+        self.eval_metrics.reset()
+
+    def eval_step(self, iterator):
+        self.eval_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_eval_step, (next(iterator),)))
+
+    def eval_end(self):
+        return self.eval_metrics.means(self._t.task.loss_terms)
+
+
+class Trainer:
+    """Runs a Task under a tf.distribute strategy with checkpoints in `model_dir`."""
+
+    def __init__(
+        self,
+        task,
+        strategy,
+        model_dir,
+        optimizer_fn=None,
+        steps_per_loop=1000,
+        save_checkpoints_steps=1000,
+        max_checkpoints_to_keep=5,
+        clip_norm=1.0,
+        global_batch_size=None,
+    ):
+        self.task = task
+        self.strategy = strategy
+        self.model_dir = model_dir
+        self.steps_per_loop = max(1, int(steps_per_loop))
+        self.clip_norm = clip_norm
+        self.global_batch_size = global_batch_size
+        with strategy.scope():
+            self.model = task.build_model()
+            self.model._ensure_built()
+            self.optimizer = optimizer_fn() if optimizer_fn else None
+            if self.optimizer is not None:
+                self.optimizer.build(self.model.trainable_variables)
+            self.global_step = orbit.utils.create_global_step()
+        tracked = dict(model=self.model, global_step=self.global_step)
+        if self.optimizer is not None:
+            tracked["optimizer"] = self.optimizer
+        self.checkpoint = tf.train.Checkpoint(**tracked)
+        self.checkpoint_manager = tf.train.CheckpointManager(
+            self.checkpoint,
+            directory=model_dir,
+            max_to_keep=max_checkpoints_to_keep,
+            step_counter=self.global_step,
+            checkpoint_interval=max(1, int(save_checkpoints_steps)),
+            init_fn=self._initialize_fresh_run,
+        )
+        self.init_message = None
+
+    # -- set-up -------------------------------------------------------------------------
+    def _initialize_fresh_run(self):
+        self.init_message = self.task.initialize(self.model)
+
+    def restore_or_initialize(self):
+        """Restores the latest checkpoint of model_dir, or runs the task's initializer.
+        Returns the restored path (None for a fresh run)."""
+        with self.strategy.scope():
+            path = self.checkpoint_manager.restore_or_initialize()
+        if path:
+            logging.info("Resumed from %s at global step %d", path, int(self.global_step.numpy()))
+        return path
+
+    def new_accumulator(self):
+        return _MetricAccumulator(self.task.metric_names)
+
+    def current_learning_rate(self):
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        lr = optimizer.learning_rate
+        return lr.numpy() if hasattr(lr, "numpy") else lr
+
+    # -- per-replica steps --------------------------------------------------------------
+    def _loss(self, sums):
+        context = tf.distribute.get_replica_context()
+        loss = 0.0
+        for term in self.task.loss_terms:
+            total, count = sums[term]
+            loss += total / tf.maximum(context.all_reduce("SUM", count), 1e-5)
+        return loss
+
+    def replica_train_step(self, features):
+        variables = self.model.trainable_variables
+        scale = getattr(self.optimizer, "dynamic_scale", None)
+        with tf.GradientTape() as tape:
+            outputs = self.model(features, training=True)
+            sums = self.task.metric_sums(features, outputs)
+            loss = self._loss(sums)
+            scaled_loss = loss * tf.cast(scale, loss.dtype) if scale is not None else loss
+        grads = tape.gradient(scaled_loss, variables)
+        # Clip the global gradient (summed over replicas), not each replica's share:
+        # reduce here, then hand Keras 1/N of it, whose own cross-replica sum restores it.
+        context = tf.distribute.get_replica_context()
+        grads = context.all_reduce("SUM", grads)
+        if scale is not None:
+            grads = [g / tf.cast(scale, g.dtype) for g in grads]
+        if self.clip_norm:
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)
+        factor = 1.0 / context.num_replicas_in_sync
+        if scale is not None:
+            factor = tf.cast(scale, tf.float32) * factor
+        grads = [g * tf.cast(factor, g.dtype) for g in grads]
+        self.optimizer.apply_gradients(zip(grads, variables))
+        self.global_step.assign_add(1)
+        return sums
+
+    def replica_eval_step(self, features):
+        outputs = self.model(features, training=False)
+        return self.task.metric_sums(features, outputs)
+
+    # -- public -------------------------------------------------------------------------
+    def train(self, train_dataset_fn, num_train_steps, summary_dir=None, log_fn=print):
+        """Trains until global step `num_train_steps`, checkpointing along the way."""
+        dataset = self.strategy.distribute_datasets_from_function(train_dataset_fn)
+        runner = _OrbitRunner(self, dataset, None)
+        progress = ProgressAction(self, num_train_steps, self.global_batch_size, log_fn)
+        controller = orbit.Controller(
+            strategy=self.strategy,
+            trainer=runner,
+            global_step=self.global_step,
+            steps_per_loop=self.steps_per_loop,
+            checkpoint_manager=self.checkpoint_manager,
+            summary_dir=summary_dir,
+            summary_interval=self.steps_per_loop if summary_dir else None,
+            train_actions=[NonFiniteCheck(self), progress],
+        )
+        controller.train(steps=num_train_steps)
+        return runner.train_metrics.means(self.task.loss_terms) if runner.train_metrics else {}
+
+    def evaluate(self, eval_dataset_fn, num_steps, summary_dir=None):
+        """Runs `num_steps` eval batches (-1: until the data ends); returns metric means."""
+        dataset = self.strategy.distribute_datasets_from_function(eval_dataset_fn)
+        runner = _OrbitRunner(self, None, dataset)
+        controller = orbit.Controller(
+            strategy=self.strategy, evaluator=runner, global_step=self.global_step,
+            eval_summary_dir=summary_dir,
+        )
+        results = controller.evaluate(steps=num_steps)
+        results = {k: float(v) for k, v in results.items()}
+        results["global_step"] = int(self.global_step.numpy())
+        return results
+
+    def predict(self, dataset_fn, output_keys):
+        """Runs the model over the whole dataset; returns {key: np.ndarray} in order."""
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+
+        @tf.function
+        def step(features):
+            outputs = self.model(features, training=False)
+            return {k: outputs[k] for k in output_keys}
+
+        collected = {k: [] for k in output_keys}
+        for features in dataset:
+            out = self.strategy.run(step, (features,))
+            for k in output_keys:
+                parts = self.strategy.experimental_local_results(out[k])
+                collected[k].extend(np.asarray(p) for p in parts)
+        return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+class NonFiniteCheck:
+    """Stops training on a NaN/Inf loss, before that state is checkpointed."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def __call__(self, output):
+        loss = output.get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            step = int(self.trainer.global_step.numpy())
+            last = self.trainer.checkpoint_manager.latest_checkpoint or "none (no checkpoint yet)"
+            raise NonFiniteLossError(
+                f"loss became {loss} in the steps ending at global step {step}; training "
+                f"stopped. Last good checkpoint: {last}. Lower the learning rate or use "
+                "float32, then rerun (it resumes from that checkpoint)."
+            )
+
+
+class ProgressAction:
+    """Prints one progress line per loop: step, steps/s, examples/s, ETA, loss."""
+
+    def __init__(self, trainer, total_steps, global_batch_size, log_fn):
+        self.trainer = trainer
+        self.total_steps = total_steps
+        self.global_batch_size = global_batch_size
+        self.log_fn = log_fn
+        self.last_time = time.time()
+        self.last_step = int(trainer.global_step.numpy())
+
+    def __call__(self, output):
+        now, step = time.time(), int(self.trainer.global_step.numpy())
+        rate = (step - self.last_step) / max(now - self.last_time, 1e-9)
+        self.last_time, self.last_step = now, step
+        eta = (self.total_steps - step) / rate if rate > 0 else float("inf")
+        examples = f" | {rate * self.global_batch_size:.1f} examples/s" if self.global_batch_size else ""
+        metrics = " | ".join(
+            f"{k} {v:.4g}" for k, v in sorted(output.items()) if isinstance(v, (int, float, np.floating))
+        )
+        self.log_fn(
+            f"step {step}/{self.total_steps} ({100.0 * step / max(self.total_steps, 1):.0f}%)"
+            f" | {rate:.2f} steps/s{examples} | ETA {_format_seconds(eta)} | {metrics}"
+        )
+
+
+def _format_seconds(seconds):
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def write_results(path, results):
+    """Writes `key = value` lines, sorted by key, like the original eval_results.txt."""
+    with tf.io.gfile.GFile(path, "w") as f:
+        for key in sorted(results):
+            f.write(f"{key} = {results[key]}\n")

@@ -1,0 +1,404 @@
+"""Every layer variant against the independent NumPy reference (tests/numpy_reference.py).
+
+Shapes are tiny and deliberately not powers of two; all weights (LayerNorm gamma/beta,
+head scales, residual scales included) are randomized so every parameter is exercised.
+Run with `-s` to see the max abs deviation per variant (`DEV ...` lines).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import numpy_reference as ref
+from realformer_tf.layers import (
+    BertEmbeddings,
+    ResidualMultiHeadAttention,
+    TransformerDecoderBlock,
+    TransformerEncoder,
+    TransformerEncoderBlock,
+    get_activation,
+)
+
+B, L, M, H, N, I = 3, 7, 5, 12, 4, 37  # batch, seq, memory seq, hidden, heads, intermediate
+ATOL = 1e-5
+LENGTHS = [7, 5, 3]
+MEMORY_LENGTHS = [5, 2, 4]
+
+
+def _x(seed=0, shape=(B, L, H)):
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def _prev(seed=1, shape=(B, N, L, L)):
+    return np.random.default_rng(seed).normal(scale=2.0, size=shape).astype(np.float32)
+
+
+def _block_kwargs(layer_norm_type, residual_attention, use_running_mean, **extra):
+    return dict(
+        num_heads=N,
+        intermediate_size=I,
+        layer_norm_type=layer_norm_type,
+        residual_attention=residual_attention,
+        use_running_mean=use_running_mean,
+        **extra,
+    )
+
+
+def _ref_cfg(kwargs):
+    """The subset of block kwargs the reference takes."""
+    keys = ("layer_norm_type", "residual_attention", "use_running_mean", "layer_index",
+            "head_scale_position", "hidden_act")
+    cfg = {k: kwargs[k] for k in keys if k in kwargs}
+    cfg["num_heads"] = kwargs["num_heads"]
+    return cfg
+
+
+# ------------------------------------------------------------------- activations
+def test_gelu_is_bert_tanh_approximation_and_gelu_exact_is_erf():
+    x = np.linspace(-5, 5, 101).astype(np.float32)
+    approx = np.asarray(get_activation("gelu")(tf.constant(x)))
+    exact = np.asarray(get_activation("gelu_exact")(tf.constant(x)))
+    ref.assert_close("activation/gelu", approx, ref.gelu_tanh(x.astype(np.float64)), 1e-6)
+    ref.assert_close("activation/gelu_exact", exact, ref.gelu_erf(x.astype(np.float64)), 1e-6)
+    # The two forms really differ, so the test above distinguishes them.
+    assert np.max(np.abs(approx - exact)) > 1e-4
+    # Names are case-insensitive like BERT configs written by hand.
+    np.testing.assert_allclose(np.asarray(get_activation("GELU")(tf.constant(x))), approx)
+
+
+# --------------------------------------------------------------------- attention
+@pytest.mark.parametrize("with_prev", [False, True])
+@pytest.mark.parametrize("use_running_mean", [False, True])
+@pytest.mark.parametrize("head_scale", [None, "before_projection", "after_projection"])
+def test_attention_matches_reference(with_prev, use_running_mean, head_scale):
+    layer_index = 2
+    layer = ResidualMultiHeadAttention(
+        num_heads=N,
+        key_dim=H // N,
+        use_running_mean=use_running_mean,
+        layer_index=layer_index,
+        use_head_scale=head_scale is not None,
+        head_scale_position=head_scale or "before_projection",
+    )
+    x = _x(0)
+    mask = ref.padding_mask(B, L, LENGTHS)
+    prev = _prev(1) if with_prev else None
+    layer(x, x, attention_mask=mask, prev_scores=prev)  # build
+    ref.randomize_weights(layer, seed=3)
+    out, scores = layer(x, x, attention_mask=mask, prev_scores=prev, training=False)
+    p = ref.attention_params(layer)
+    want_out, want_scores = ref.attention(
+        x.astype(np.float64), x.astype(np.float64), p, N,
+        attention_mask=mask, prev_scores=prev, use_running_mean=use_running_mean,
+        layer_index=layer_index, head_scale=p.get("head_scale"),
+        head_scale_position=head_scale or "before_projection",
+    )
+    label = f"attention/prev={with_prev}/mean={use_running_mean}/head_scale={head_scale}"
+    assert tuple(scores.shape) == (B, N, L, L)
+    ref.assert_close(label + "/out", out, want_out, ATOL)
+    ref.assert_close(label + "/scores", scores, want_scores, ATOL)
+    if with_prev:
+        # The carried tensor is raw + prev, undivided even with the running mean.
+        raw = ref.attention(x.astype(np.float64), x.astype(np.float64), p, N)[1]
+        ref.assert_close(label + "/carried=raw+prev", scores, raw + prev, ATOL)
+
+
+def test_running_mean_divides_the_logits_by_layer_index_plus_one():
+    """Metamorphic check, independent of the reference: a running-mean layer at
+    layer_index k fed prev P equals a plain layer whose query projection and prev are
+    both divided by (k + 1), since then its logits are (raw + P) / (k + 1) too. The
+    carried tensors differ by exactly that factor (the carried sum is undivided)."""
+    k = 3
+    x, prev = _x(4), _prev(5)
+    mean_layer = ResidualMultiHeadAttention(num_heads=N, key_dim=H // N, use_running_mean=True,
+                                            layer_index=k)
+    plain = ResidualMultiHeadAttention(num_heads=N, key_dim=H // N, layer_index=k)
+    mean_layer(x, x, prev_scores=prev)
+    plain(x, x, prev_scores=prev)
+    ref.randomize_weights(mean_layer, seed=6)
+    plain.set_weights(mean_layer.get_weights())
+    plain.query_dense.kernel.assign(mean_layer.query_dense.kernel / (k + 1))
+    plain.query_dense.bias.assign(mean_layer.query_dense.bias / (k + 1))
+    out_mean, scores_mean = mean_layer(x, x, prev_scores=prev)
+    out_plain, scores_plain = plain(x, x, prev_scores=prev / (k + 1))
+    ref.assert_close("attention/running_mean_metamorphic/out", out_mean, out_plain, ATOL)
+    ref.assert_close("attention/running_mean_metamorphic/scores", scores_mean,
+                     np.asarray(scores_plain) * (k + 1), ATOL)
+    # And the option matters: without it the same weights give another output.
+    plain.set_weights(mean_layer.get_weights())
+    assert np.max(np.abs(np.asarray(plain(x, x, prev_scores=prev)[0]) - out_mean)) > 1e-2
+
+
+def test_cross_attention_with_other_key_length_3d_mask_and_output_dim():
+    out_dim = 20  # != hidden, divisible by heads for after_projection chunks of 5
+    layer = ResidualMultiHeadAttention(
+        num_heads=N, key_dim=3, output_dim=out_dim, use_head_scale=True,
+        head_scale_position="after_projection",
+    )
+    x = _x(7)
+    memory = _x(8, (B, M, 9))
+    mask3 = (np.random.default_rng(9).uniform(size=(B, L, M)) > 0.3).astype(np.int32)
+    prev = _prev(10, (B, N, L, M))
+    layer(x, memory, attention_mask=mask3, prev_scores=prev)
+    ref.randomize_weights(layer, seed=11)
+    out, scores = layer(x, memory, attention_mask=mask3, prev_scores=prev)
+    assert tuple(out.shape) == (B, L, out_dim)
+    assert tuple(scores.shape) == (B, N, L, M)
+    p = ref.attention_params(layer)
+    want_out, want_scores = ref.attention(
+        x.astype(np.float64), memory.astype(np.float64), p, N, attention_mask=mask3,
+        prev_scores=prev, head_scale=p["head_scale"], head_scale_position="after_projection",
+    )
+    ref.assert_close("attention/cross_3d_mask/out", out, want_out, ATOL)
+    ref.assert_close("attention/cross_3d_mask/scores", scores, want_scores, ATOL)
+
+
+def test_head_scale_placements_really_differ():
+    """Both placements are checked against the reference above; here we make sure the
+    test inputs distinguish them (non-uniform head scales and a non-block-diagonal W^O)."""
+    x = _x(12)
+    outs = []
+    for position in ("before_projection", "after_projection"):
+        layer = ResidualMultiHeadAttention(num_heads=N, key_dim=H // N, use_head_scale=True,
+                                           head_scale_position=position)
+        layer(x, x)
+        ref.randomize_weights(layer, seed=13)
+        outs.append(np.asarray(layer(x, x)[0]))
+    assert np.max(np.abs(outs[0] - outs[1])) > 1e-2
+
+
+# ---------------------------------------------------------------- encoder block
+@pytest.mark.parametrize(
+    "layer_norm_type,residual_attention,use_running_mean",
+    list(itertools.product(["post", "pre", "normformer"], [True, False], [False, True])),
+)
+def test_encoder_block_matches_reference(layer_norm_type, residual_attention, use_running_mean):
+    kwargs = _block_kwargs(layer_norm_type, residual_attention, use_running_mean, layer_index=2)
+    block = TransformerEncoderBlock(**kwargs)
+    x, prev = _x(20), _prev(21)
+    mask = ref.padding_mask(B, L, LENGTHS)
+    block(x, attention_mask=mask, prev_scores=prev)
+    ref.randomize_weights(block, seed=22)
+    out, scores = block(x, attention_mask=mask, prev_scores=prev, training=False)
+    want_out, want_scores = ref.encoder_block(
+        x.astype(np.float64), ref.encoder_block_params(block), attention_mask=mask,
+        prev_scores=prev, **_ref_cfg(kwargs),
+    )
+    label = f"encoder_block/{layer_norm_type}/residual={residual_attention}/mean={use_running_mean}"
+    ref.assert_close(label + "/out", out, want_out, ATOL)
+    ref.assert_close(label + "/scores", scores, want_scores, ATOL)
+    if not residual_attention:
+        # prev_scores is ignored: same output without it.
+        out2, scores2 = block(x, attention_mask=mask, training=False)
+        np.testing.assert_array_equal(np.asarray(out2), np.asarray(out))
+        np.testing.assert_array_equal(np.asarray(scores2), np.asarray(scores))
+
+
+@pytest.mark.parametrize("head_scale_position", ["before_projection", "after_projection"])
+@pytest.mark.parametrize("use_residual_scale", [False, True])
+@pytest.mark.parametrize("hidden", [12, 20])
+def test_normformer_block_options_match_reference(head_scale_position, use_residual_scale, hidden):
+    kwargs = _block_kwargs("normformer", True, False, head_scale_position=head_scale_position,
+                           use_residual_scale=use_residual_scale, layer_index=1)
+    block = TransformerEncoderBlock(**kwargs)
+    x, prev = _x(30, (B, L, hidden)), _prev(31)
+    mask = ref.padding_mask(B, L, LENGTHS)
+    block(x, attention_mask=mask, prev_scores=prev)
+    ref.randomize_weights(block, seed=32)
+    assert block.attention.use_head_scale
+    assert hasattr(block, "residual_scale") == use_residual_scale
+    out, scores = block(x, attention_mask=mask, prev_scores=prev, training=False)
+    p = ref.encoder_block_params(block)
+    assert ("residual_scale" in p["ffn"]) == use_residual_scale
+    want_out, want_scores = ref.encoder_block(
+        x.astype(np.float64), p, attention_mask=mask, prev_scores=prev, **_ref_cfg(kwargs)
+    )
+    label = f"normformer_block/H={hidden}/{head_scale_position}/residual_scale={use_residual_scale}"
+    ref.assert_close(label + "/out", out, want_out, ATOL)
+    ref.assert_close(label + "/scores", scores, want_scores, ATOL)
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu_exact", "relu"])
+def test_encoder_block_other_activations(hidden_act):
+    kwargs = _block_kwargs("pre", True, False, hidden_act=hidden_act)
+    block = TransformerEncoderBlock(**kwargs)
+    x = _x(35)
+    block(x)
+    ref.randomize_weights(block, seed=36)
+    out, _ = block(x, training=False)
+    want, _ = ref.encoder_block(x.astype(np.float64), ref.encoder_block_params(block),
+                                **_ref_cfg(kwargs))
+    ref.assert_close(f"encoder_block/act={hidden_act}", out, want, ATOL)
+
+
+def test_dropout_only_in_training():
+    block = TransformerEncoderBlock(num_heads=N, intermediate_size=I, hidden_dropout=0.3,
+                                    attention_dropout=0.3)
+    x = _x(37)
+    block(x)
+    ref.randomize_weights(block, seed=38)
+    inference = np.asarray(block(x, training=False)[0])
+    default = np.asarray(block(x)[0])
+    trained = np.asarray(block(x, training=True)[0])
+    np.testing.assert_array_equal(default, inference)
+    want, _ = ref.encoder_block(x.astype(np.float64), ref.encoder_block_params(block),
+                                num_heads=N)
+    ref.assert_close("encoder_block/dropout_inference", inference, want, ATOL)
+    assert np.max(np.abs(trained - inference)) > 1e-3
+
+
+# ------------------------------------------------------------------ encoder stack
+@pytest.mark.parametrize(
+    "layer_norm_type,residual_attention,use_running_mean",
+    list(itertools.product(["post", "pre", "normformer"], [True, False], [False, True])),
+)
+def test_encoder_stack_matches_reference(layer_norm_type, residual_attention, use_running_mean):
+    num_layers = 3
+    extra = {}
+    if layer_norm_type == "normformer":
+        extra = dict(use_residual_scale=True, head_scale_position="after_projection")
+    encoder = TransformerEncoder(
+        num_layers=num_layers, num_heads=N, intermediate_size=I, layer_norm_type=layer_norm_type,
+        residual_attention=residual_attention, use_running_mean=use_running_mean, **extra,
+    )
+    x = _x(40)
+    mask = ref.padding_mask(B, L, LENGTHS)
+    encoder(x, attention_mask=mask)
+    ref.randomize_weights(encoder, seed=41)
+    got = encoder(x, attention_mask=mask, training=False)
+    assert len(got["encoder_outputs"]) == num_layers
+    assert len(got["attention_scores"]) == num_layers
+    blocks, final = ref.stack_params(encoder)
+    assert (final is None) == (layer_norm_type == "post")
+    want_seq, want_outs, want_scores = ref.encoder_stack(
+        x.astype(np.float64), blocks, final, attention_mask=mask,
+        residual_attention=residual_attention, num_heads=N, layer_norm_type=layer_norm_type,
+        use_running_mean=use_running_mean,
+        head_scale_position=extra.get("head_scale_position", "before_projection"),
+    )
+    label = f"stack/{layer_norm_type}/residual={residual_attention}/mean={use_running_mean}"
+    ref.assert_close(label + "/sequence_output", got["sequence_output"], want_seq, ATOL)
+    np.testing.assert_array_equal(np.asarray(got["encoder_outputs"][-1]),
+                                  np.asarray(got["sequence_output"]))
+    for i in range(num_layers):
+        ref.assert_close(f"{label}/encoder_outputs[{i}]", got["encoder_outputs"][i],
+                         want_outs[i], ATOL)
+        ref.assert_close(f"{label}/attention_scores[{i}]", got["attention_scores"][i],
+                         want_scores[i], ATOL)
+
+    # The contract, checked directly: each layer's own raw scores q.k^T/sqrt(d), computed
+    # by the reference from that layer's actual input; the carried tensor is their
+    # running sum (residual on) or the layer's own raw scores (residual off), never masked.
+    raw = []
+    for i, p in enumerate(blocks):
+        layer_in = x if i == 0 else np.asarray(got["encoder_outputs"][i - 1], np.float64)
+        if layer_norm_type != "post":
+            layer_in = ref.layer_norm(layer_in, *p["ln_attention"])
+        raw.append(ref.attention(layer_in, layer_in, p["attention"], N)[1])
+    for i in range(num_layers):
+        want = sum(raw[: i + 1]) if residual_attention else raw[i]
+        ref.assert_close(f"{label}/contract[{i}]", got["attention_scores"][i], want, 2 * ATOL)
+        assert np.min(np.asarray(got["attention_scores"][i])) > -1000.0  # no mask inside
+
+
+# ----------------------------------------------------------------- decoder block
+@pytest.mark.parametrize(
+    "layer_norm_type,residual_attention,use_running_mean",
+    [("post", True, False), ("post", True, True), ("pre", True, False),
+     ("normformer", True, True), ("normformer", False, False), ("post", False, False)],
+)
+def test_decoder_block_matches_reference(layer_norm_type, residual_attention, use_running_mean):
+    kwargs = _block_kwargs(layer_norm_type, residual_attention, use_running_mean, layer_index=1)
+    if layer_norm_type == "normformer":
+        kwargs["use_residual_scale"] = True
+    block = TransformerDecoderBlock(**kwargs)
+    x, memory = _x(50), _x(51, (B, M, H))
+    self_mask = ref.padding_mask(B, L, LENGTHS)
+    memory_mask = ref.padding_mask(B, M, MEMORY_LENGTHS)
+    prev_self, prev_cross = _prev(52), _prev(53, (B, N, L, M))
+    call = dict(self_attention_mask=self_mask, memory_mask=memory_mask,
+                prev_self_scores=prev_self, prev_cross_scores=prev_cross)
+    block(x, memory, **call)
+    ref.randomize_weights(block, seed=54)
+    out, self_scores, cross_scores = block(x, memory, training=False, **call)
+    assert tuple(self_scores.shape) == (B, N, L, L)
+    assert tuple(cross_scores.shape) == (B, N, L, M)
+    want_out, want_self, want_cross = ref.decoder_block(
+        x.astype(np.float64), memory.astype(np.float64), ref.decoder_block_params(block),
+        **_ref_cfg(kwargs), **call,
+    )
+    label = f"decoder_block/{layer_norm_type}/residual={residual_attention}/mean={use_running_mean}"
+    ref.assert_close(label + "/out", out, want_out, ATOL)
+    ref.assert_close(label + "/self_scores", self_scores, want_self, ATOL)
+    ref.assert_close(label + "/cross_scores", cross_scores, want_cross, ATOL)
+
+
+def test_decoder_score_paths_are_separate():
+    """prev_self_scores feeds only the self-attention path, prev_cross_scores only the
+    cross-attention path."""
+    block = TransformerDecoderBlock(num_heads=N, intermediate_size=I, layer_norm_type="pre")
+    x, memory = _x(60), _x(61, (B, M, H))
+    block(x, memory)
+    ref.randomize_weights(block, seed=62)
+    base = block(x, memory)
+    prev_self, prev_cross = _prev(63), _prev(64, (B, N, L, M))
+    with_self = block(x, memory, prev_self_scores=prev_self)
+    with_cross = block(x, memory, prev_cross_scores=prev_cross)
+    # Self path: shifted by exactly prev_self; cross scores of that call are unchanged
+    # only if the cross-attention input is unchanged, which it is not (x changed), so we
+    # compare the self scores, which depend on x alone.
+    ref.assert_close("decoder/self_path", with_self[1], np.asarray(base[1]) + prev_self, ATOL)
+    # Cross path: self-attention is untouched, so the cross scores shift by exactly
+    # prev_cross and the self scores are identical.
+    np.testing.assert_array_equal(np.asarray(with_cross[1]), np.asarray(base[1]))
+    ref.assert_close("decoder/cross_path", with_cross[2], np.asarray(base[2]) + prev_cross, ATOL)
+
+
+@pytest.mark.parametrize("layer_norm_type", ["post", "normformer"])
+def test_decoder_is_causal(layer_norm_type):
+    block = TransformerDecoderBlock(num_heads=N, intermediate_size=I,
+                                    layer_norm_type=layer_norm_type)
+    x, memory = _x(70), _x(71, (B, M, H))
+    block(x, memory)
+    ref.randomize_weights(block, seed=72)
+    out = np.asarray(block(x, memory)[0])
+    for t in range(1, L):
+        changed = x.copy()
+        changed[:, t:] = _x(73 + t)[:, t:]
+        out2 = np.asarray(block(changed, memory)[0])
+        # Positions before t do not see the change ...
+        np.testing.assert_allclose(out2[:, :t], out[:, :t], rtol=0, atol=1e-6)
+        # ... and position t itself does.
+        assert np.max(np.abs(out2[:, t] - out[:, t])) > 1e-3
+    # The carried self scores are pre-mask: future positions hold real (finite, small)
+    # raw scores, not the mask value.
+    self_scores = np.asarray(block(x, memory)[1])
+    assert np.min(self_scores) > -1000.0
+    assert np.max(np.abs(np.triu(self_scores[0, 0], k=1))) > 1e-3
+
+
+# -------------------------------------------------------------------- embeddings
+def test_bert_embeddings_match_reference():
+    layer = BertEmbeddings(vocab_size=31, hidden_size=H, max_position_embeddings=11,
+                           type_vocab_size=3)
+    rng = np.random.default_rng(80)
+    ids = rng.integers(0, 31, size=(B, L)).astype(np.int32)
+    seg = rng.integers(0, 3, size=(B, L)).astype(np.int32)
+    layer(ids, seg)
+    ref.randomize_weights(layer, seed=81)
+    got = layer(ids, seg, training=False)
+    want = ref.embeddings(
+        ids, seg, *(np.asarray(w, np.float64) for w in (
+            layer.word_embeddings, layer.token_type_embeddings, layer.position_embeddings)),
+        (np.asarray(layer.layer_norm.gamma, np.float64), np.asarray(layer.layer_norm.beta, np.float64)),
+    )
+    ref.assert_close("embeddings", got, want, ATOL)
+    # segment_ids default to zeros.
+    want0 = ref.embeddings(
+        ids, np.zeros_like(seg), *(np.asarray(w, np.float64) for w in (
+            layer.word_embeddings, layer.token_type_embeddings, layer.position_embeddings)),
+        (np.asarray(layer.layer_norm.gamma, np.float64), np.asarray(layer.layer_norm.beta, np.float64)),
+    )
+    ref.assert_close("embeddings/no_segments", layer(ids, training=False), want0, ATOL)
