@@ -241,21 +241,22 @@ class Trainer:
         results["global_step"] = int(self.global_step.numpy())
         return results
 
-    def predict(self, dataset_fn, output_keys):
-        """Runs the model over the whole dataset; returns {key: np.ndarray} in order."""
+    def predict(self, dataset_fn, output_keys, feature_keys=()):
+        """Runs the model over the whole dataset; returns {key: np.ndarray} in input
+        order, for the model outputs `output_keys` and the input features `feature_keys`."""
         dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
 
         @tf.function
         def step(features):
             outputs = self.model(features, training=False)
-            return {k: outputs[k] for k in output_keys}
+            return dict({k: outputs[k] for k in output_keys}, **{k: features[k] for k in feature_keys})
 
-        collected = {k: [] for k in output_keys}
+        keys = tuple(output_keys) + tuple(feature_keys)
+        collected = {k: [] for k in keys}
         for features in dataset:
             out = self.strategy.run(step, (features,))
-            for k in output_keys:
-                parts = self.strategy.experimental_local_results(out[k])
-                collected[k].extend(np.asarray(p) for p in parts)
+            for k in keys:
+                collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
 
 

@@ -368,3 +368,21 @@ def assert_close(label, actual, expected, atol):
 def padding_mask(batch, seq_len, lengths):
     """[B, L] 0/1 mask with the given real lengths."""
     return (np.arange(seq_len)[None, :] < np.asarray(lengths)[:, None]).astype(np.int32)
+
+
+def numeric_grad(f, array, eps=1e-5, indices=None):
+    """Central finite differences of scalar f() w.r.t. `array` (float64, perturbed in
+    place and restored). `indices`: optional iterable of flat indices to probe; the
+    other entries are returned as NaN."""
+    grad = np.full(array.shape, np.nan)
+    flat = array.reshape(-1)  # a view: array must be contiguous
+    assert np.shares_memory(flat, array)
+    for i in range(flat.size) if indices is None else indices:
+        old = flat[i]
+        flat[i] = old + eps
+        up = f()
+        flat[i] = old - eps
+        down = f()
+        flat[i] = old
+        grad.reshape(-1)[i] = (up - down) / (2 * eps)
+    return grad

@@ -40,10 +40,11 @@ NF = dict(layer_norm_type="normformer")
 AFTER = dict(normformer_head_scale_position="after_projection")
 RSCALE = dict(normformer_residual_scale=True)
 
-# name -> (config overrides, checkpoint writer)
+# name -> (config overrides, checkpoint writer: "tf1" = graph-mode Saver, "tf1+state" =
+# the same plus Adam slots and global_step, "savev2" = the raw SaveV2 op)
 VARIANTS = {
     "post-vanilla": (dict(residual_attention=False), "tf1"),
-    "post-realformer": (dict(residual_attention=True), "tf1"),
+    "post-realformer": (dict(residual_attention=True), "tf1+state"),
     "post-realformer-running-mean": (dict(use_running_mean=True), "savev2"),
     "post-vanilla-running-mean-ignored": (
         dict(residual_attention=False, use_running_mean=True), "savev2"),
@@ -56,7 +57,7 @@ VARIANTS = {
     "normformer-after-projection": (dict(NF, **AFTER), "tf1"),
     "normformer-residual-scale": (dict(NF, **RSCALE), "savev2"),
     "normformer-after-projection-residual-scale-running-mean": (
-        dict(NF, use_running_mean=True, **AFTER, **RSCALE), "tf1"),
+        dict(NF, use_running_mean=True, **AFTER, **RSCALE), "tf1+state"),
     "normformer-vanilla-after-projection-residual-scale": (
         dict(NF, residual_attention=False, **AFTER, **RSCALE), "savev2"),
 }
@@ -74,6 +75,7 @@ def write_tf1_checkpoint(prefix, weights, with_training_state=False):
     graph-mode variables named by `get_variable`, saved by `tf.compat.v1.train.Saver`.
     With `with_training_state`, also Adam slots (`<var>/adam_m`, `<var>/adam_v`) and
     `global_step`, as a run_pretraining.py checkpoint holds them."""
+    tf.io.gfile.makedirs(os.path.dirname(prefix))
     with tf.Graph().as_default():
         for name, value in weights.items():
             tf.compat.v1.get_variable(name, initializer=tf.constant(value))
@@ -102,8 +104,8 @@ def write_savev2_checkpoint(prefix, weights):
 
 
 def write_checkpoint(prefix, weights, writer):
-    if writer == "tf1":
-        return write_tf1_checkpoint(prefix, weights, with_training_state=True)
+    if writer.startswith("tf1"):
+        return write_tf1_checkpoint(prefix, weights, with_training_state=writer == "tf1+state")
     return write_savev2_checkpoint(prefix, weights)
 
 
@@ -326,8 +328,10 @@ HEAD_OUTPUT_KEYS = {
 }
 
 
-@pytest.mark.parametrize("layer_norm_type", ["post", "normformer"])
-@pytest.mark.parametrize("kind", sorted(HEADS))
+@pytest.mark.parametrize(
+    "kind,layer_norm_type",
+    [(kind, "normformer") for kind in sorted(HEADS)] + [("BertPretrainingModel", "post")],
+)
 def test_save_load_round_trip(kind, layer_norm_type, tmp_path):
     build, head = HEADS[kind]
     overrides = dict(layer_norm_type=layer_norm_type)
@@ -447,8 +451,8 @@ def _model(**overrides):
 def _ckpt(tmp_path, name="c", writer="savev2", head=None, **overrides):
     weights = bert_numpy.random_weights(make_config(**overrides), np.random.default_rng(9), head=head)
     prefix = str(tmp_path / name / "m.ckpt")
-    if writer == "tf1":
-        return write_tf1_checkpoint(prefix, weights, with_training_state=True)
+    if writer.startswith("tf1"):
+        return write_tf1_checkpoint(prefix, weights, with_training_state=writer == "tf1+state")
     return write_savev2_checkpoint(prefix, weights)
 
 

@@ -49,3 +49,58 @@ def decode_record(record, name_to_features):
     return {
         name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t for name, t in example.items()
     }
+
+
+def count_records(files):
+    return sum(1 for f in files for _ in tf.data.TFRecordDataset(f))
+
+
+def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_steps=None,
+                    pad_to_full_batches=False):
+    """Returns `dataset_fn(input_context)` for `distribute_datasets_from_function`.
+
+    Training: each input pipeline reads its shard of the files, interleaved, repeated
+    and shuffled, as the original input_fn did. Evaluation / prediction: files in order,
+    once, capped at `max_steps` batches. Batches are fixed-size (drop_remainder) so TPUs
+    compile once; `pad_to_full_batches` appends copies of the first record marked
+    `is_real_example = 0` so that no real example is dropped (the original's
+    PaddingInputExample).
+    """
+    files = list(files)
+
+    def dataset_fn(input_context=None):
+        batch_size, pipelines, pipeline_id = global_batch_size, 1, 0
+        if input_context is not None:
+            batch_size = input_context.get_per_replica_batch_size(global_batch_size)
+            pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+        # Shard by file where there are enough files, else by record.
+        shard_files = len(files) >= pipelines
+        d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+        if pipelines > 1 and shard_files:
+            d = d.shard(pipelines, pipeline_id)
+        if is_training:
+            d = d.repeat().shuffle(len(files), seed=seed)
+            d = d.interleave(tf.data.TFRecordDataset, cycle_length=min(4, len(files)),
+                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=seed is not None)
+        else:
+            d = tf.data.TFRecordDataset(d)
+        if pipelines > 1 and not shard_files:
+            d = d.shard(pipelines, pipeline_id)
+        if is_training:
+            d = d.shuffle(100, seed=seed)
+        d = d.map(lambda r: decode_record(r, spec), num_parallel_calls=tf.data.AUTOTUNE)
+        if pad_to_full_batches:
+            d = _pad_to_multiple(d, global_batch_size)
+        d = d.batch(batch_size, drop_remainder=True)
+        if max_steps is not None and max_steps > 0:
+            d = d.take(max_steps)
+        return d.prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn
+
+
+def _pad_to_multiple(dataset, multiple):
+    count = dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+    padding = (-count) % multiple
+    fake = dataset.take(1).map(lambda x: dict(x, is_real_example=tf.zeros_like(x["is_real_example"])))
+    return dataset.concatenate(fake.repeat(padding))
