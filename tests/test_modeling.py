@@ -46,6 +46,7 @@ VARIANTS = {
     "post-vanilla": (dict(residual_attention=False), "tf1"),
     "post-realformer": (dict(residual_attention=True), "tf1+state"),
     "post-realformer-running-mean": (dict(use_running_mean=True), "savev2"),
+    "post-realformer-gelu-exact": (dict(hidden_act="gelu_exact"), "savev2"),
     "post-vanilla-running-mean-ignored": (
         dict(residual_attention=False, use_running_mean=True), "savev2"),
     "pre-vanilla": (dict(layer_norm_type="pre", residual_attention=False), "savev2"),
@@ -62,7 +63,6 @@ VARIANTS = {
         dict(NF, residual_attention=False, **AFTER, **RSCALE), "savev2"),
 }
 
-MAX_DEVIATIONS = {}  # variant -> max |model - numpy| over all outputs (printed with -s)
 
 
 # ------------------------------------------------------------------------- helpers
@@ -175,11 +175,12 @@ def test_numpy_reference_switches_change_the_math():
     must not depend on residual attention."""
     rng = np.random.default_rng(0)
     inputs = make_inputs(BASE, rng)
+    # One weight set (the superset: NormFormer with residual scale) for every variant, so
+    # that each comparison differs by the switch alone; the reference reads by name.
+    weights = bert_numpy.random_weights(make_config(**NF, **RSCALE), rng, head="pretraining")
     outs = {}
     for name, (overrides, _) in VARIANTS.items():
-        config = make_config(**overrides)
-        weights = bert_numpy.random_weights(config, np.random.default_rng(1), head="pretraining")
-        outs[name] = numpy_forward(weights, config, inputs)
+        outs[name] = numpy_forward(weights, make_config(**overrides), inputs)
 
     def differ(a, b):
         return np.max(np.abs(outs[a]["sequence_output"] - outs[b]["sequence_output"])) > 1e-3
@@ -195,6 +196,9 @@ def test_numpy_reference_switches_change_the_math():
     np.testing.assert_allclose(
         outs["post-realformer"]["attention_scores"][0], outs["post-vanilla"]["attention_scores"][0]
     )
+    # "gelu" is the tanh approximation: the erf form differs well beyond ATOL.
+    assert np.max(np.abs(outs["post-realformer-gelu-exact"]["masked_lm_logits"]
+                         - outs["post-realformer"]["masked_lm_logits"])) > 10 * ATOL
     # Residual attention off: running mean has nothing to average.
     np.testing.assert_allclose(
         outs["post-vanilla-running-mean-ignored"]["sequence_output"],
@@ -219,7 +223,6 @@ def test_forward_matches_numpy_reference(variant, tmp_path):
     dev = compare(out, expected, PRETRAINING_KEYS)
     assert len(out["encoder_outputs"]) == config["num_hidden_layers"]
     assert out["attention_scores"][0].shape == (BATCH, 3, SEQ, SEQ)
-    MAX_DEVIATIONS[variant] = dev
     print(f"\n{variant}: max deviation {dev:.2e} ({writer} checkpoint)")
 
 
@@ -293,6 +296,12 @@ def test_optional_mask_and_segments_and_embedding_table(tmp_path):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     compare(implicit, bert_numpy.bert_forward(weights, config, ids), ENCODER_KEYS)
 
+    # int64 features, as parsed from the original TFRecords.
+    as_int64 = model({"input_ids": ids.astype(np.int64), "input_mask": np.ones(ids.shape, np.int64),
+                      "segment_ids": np.zeros(ids.shape, np.int64)}, training=False)
+    np.testing.assert_array_equal(as_int64["sequence_output"].numpy(),
+                                  implicit["sequence_output"].numpy())
+
     only_mask = model({"input_ids": ids, "input_mask": np.ones_like(ids)}, training=False)
     np.testing.assert_array_equal(only_mask["sequence_output"].numpy(),
                                   implicit["sequence_output"].numpy())
@@ -311,6 +320,14 @@ def test_sequence_longer_than_max_position_embeddings():
     # Exactly max_position_embeddings is fine.
     out = model({"input_ids": ids[:, :-1]}, training=False)
     assert out["sequence_output"].shape == (2, config["max_position_embeddings"], 18)
+    # Unknown static length (a traced serving / training function): checked at run time.
+    serve = tf.function(
+        lambda x: model({"input_ids": x}, training=False)["pooled_output"],
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    assert serve(ids[:, :-1]).shape == (2, 18)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_position_embeddings"):
+        serve(ids)
 
 
 # ----------------------------------------------------------- save / load round trips
@@ -457,7 +474,7 @@ def _ckpt(tmp_path, name="c", writer="savev2", head=None, **overrides):
 
 
 def test_vanilla_checkpoint_into_normformer_config(tmp_path):
-    prefix = _ckpt(tmp_path, writer="tf1", residual_attention=False)
+    prefix = _ckpt(tmp_path, writer="tf1+state", residual_attention=False)
     model = _model(layer_norm_type="normformer")
     with pytest.raises(modeling.CheckpointError) as err:
         model.load_bert_checkpoint(prefix)
