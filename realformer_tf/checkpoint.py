@@ -6,6 +6,7 @@ and writes such maps with clear errors. Everything goes through TF's file system
 """
 
 import os
+import re
 import uuid
 
 import numpy as np
@@ -15,6 +16,9 @@ import tensorflow as tf
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
 _NON_MODEL_NAMES = ("global_step", "_CHECKPOINTABLE_OBJECT_GRAPH")
 _OBJECT_BASED_MARKER = ".ATTRIBUTES/VARIABLE_VALUE"
+# Our training checkpoints (training.checkpointable_weights) keep the model weights as
+# a dict keyed by original name; TF escapes "/" as ".S" and "." as "..".
+_TRAINING_WEIGHTS = re.compile(r"^model_weights/(.*)/\.ATTRIBUTES/VARIABLE_VALUE$")
 
 
 class CheckpointError(ValueError):
@@ -45,6 +49,20 @@ def is_object_based(names):
     return any(_OBJECT_BASED_MARKER in name for name in names)
 
 
+def _unescape(key):
+    return re.sub(r"\.(S|\.)", lambda m: "/" if m.group(1) == "S" else ".", key)
+
+
+def original_names(stored):
+    """{original name: key in the checkpoint} for an original-named checkpoint or one
+    of our training checkpoints; None for other object-based checkpoints."""
+    if not is_object_based(stored):
+        return {name: name for name in stored}
+    matches = [(_TRAINING_WEIGHTS.match(key), key) for key in stored]
+    names = {_unescape(m.group(1)): key for m, key in matches if m}
+    return names or None
+
+
 def _is_model_weight(name):
     return not (name in _NON_MODEL_NAMES or name.endswith(_NON_MODEL_SUFFIXES))
 
@@ -65,13 +83,14 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
     a shape mismatch.
     """
     prefix = resolve_checkpoint(prefix)
-    stored = list_checkpoint(prefix)
-    if is_object_based(stored):
+    raw = list_checkpoint(prefix)
+    keys = original_names(raw)
+    if keys is None:
         raise CheckpointError(
-            f"{prefix} is an object-based training checkpoint, not an original-named one; "
-            "convert it with `python convert_checkpoint.py --input_checkpoint=... "
-            "--bert_config_file=... --output_checkpoint=...`"
+            f"{prefix} is an object-based checkpoint that was not written by realformer_tf; "
+            "give an original-named BERT checkpoint or one of ours"
         )
+    stored = {name: raw[key] for name, key in keys.items()}
     missing = [name for name in variables if name not in stored]
     if missing:
         raise CheckpointError(
@@ -103,7 +122,7 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
         )
     reader = tf.train.load_checkpoint(prefix)
     for name, var in variables.items():
-        var.assign(reader.get_tensor(name).astype(np.dtype(var.dtype)))
+        var.assign(reader.get_tensor(keys[name]).astype(np.dtype(var.dtype)))
     return prefix
 
 

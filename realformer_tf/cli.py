@@ -65,7 +65,8 @@ def run(main):
         try:
             return main(argv)
         except USER_ERRORS as e:
-            logging.error("%s", e)
+            if FLAGS["verbosity"].present:
+                logging.error("%s", e)
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
 

@@ -136,7 +136,7 @@ class Trainer:
             if self.optimizer is not None:
                 self.optimizer.build(self.model.trainable_variables)
             self.global_step = orbit.utils.create_global_step()
-        tracked = dict(model=self.model, global_step=self.global_step)
+        tracked = dict(model_weights=checkpointable_weights(self.model), global_step=self.global_step)
         if self.optimizer is not None:
             tracked["optimizer"] = self.optimizer
         self.checkpoint = tf.train.Checkpoint(**tracked)
@@ -154,11 +154,18 @@ class Trainer:
     def _initialize_fresh_run(self):
         self.init_message = self.task.initialize(self.model)
 
-    def restore_or_initialize(self):
+    def restore_or_initialize(self, weights_only=False):
         """Restores the latest checkpoint of model_dir, or runs the task's initializer.
-        Returns the restored path (None for a fresh run)."""
+        `weights_only` (prediction) leaves the optimizer state unread. Returns the
+        restored path (None for a fresh run)."""
         with self.strategy.scope():
-            path = self.checkpoint_manager.restore_or_initialize()
+            latest = self.checkpoint_manager.latest_checkpoint
+            if (weights_only or self.optimizer is None) and latest:
+                # Prediction only: the checkpoint's optimizer slots are expected extras.
+                self.checkpoint.restore(latest).expect_partial()
+                path = latest
+            else:
+                path = self.checkpoint_manager.restore_or_initialize()
         if path:
             logging.info("Resumed from %s at global step %d", path, int(self.global_step.numpy()))
         return path
@@ -189,6 +196,9 @@ class Trainer:
             loss = self._loss(sums)
             scaled_loss = loss * tf.cast(scale, loss.dtype) if scale is not None else loss
         grads = tape.gradient(scaled_loss, variables)
+        # Layers a task does not use (e.g. the pooler under a span head) get no gradient.
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         # Clip the global gradient (summed over replicas), not each replica's share:
         # reduce here, then hand Keras 1/N of it, whose own cross-replica sum restores it.
         context = tf.distribute.get_replica_context()
@@ -258,6 +268,21 @@ class Trainer:
             for k in keys:
                 collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+def checkpointable_weights(model):
+    """{original BERT name: variable} of every model weight, for tf.train.Checkpoint.
+
+    Keras 3 layers do not expose nested sublayers to TF's object-based checkpointing,
+    so the training checkpoints track the weights explicitly, keyed by their original
+    names: robust to code changes, and convertible without rebuilding the object graph.
+    """
+    weights = model.bert_checkpoint_variables()
+    if len(weights) != len(model.weights):
+        raise RuntimeError(
+            f"{type(model).__name__} maps {len(weights)} of its {len(model.weights)} weights to names"
+        )
+    return weights
 
 
 class NonFiniteCheck:

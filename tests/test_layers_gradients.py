@@ -158,7 +158,8 @@ def test_float64_layer_gradient_matches_its_own_finite_differences():
         up, down = x_np.copy(), x_np.copy()
         up.reshape(-1)[i] += eps
         down.reshape(-1)[i] -= eps
-        fd.reshape(-1)[i] = (loss_fn(tf.constant(up)) - loss_fn(tf.constant(down))).numpy() / (2 * eps)
+        diff = loss_fn(tf.constant(up)) - loss_fn(tf.constant(down))
+        fd.reshape(-1)[i] = diff.numpy() / (2 * eps)
     dev = float(np.nanmax(np.abs(g.reshape(-1)[probe] - fd.reshape(-1)[probe])))
     print(f"DEV grad/float64_self_fd {dev:.3e}")
     assert dev <= 1e-3 * max(1.0, float(np.nanmax(np.abs(fd))))

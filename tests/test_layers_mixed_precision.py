@@ -72,7 +72,8 @@ def test_mixed_precision_stack_close_to_float32(policy, layer_norm_type, extra):
         assert s.dtype == compute_dtype
         assert np.all(np.isfinite(np.asarray(tf.cast(s, tf.float32))))
     rel = _rel(seq, want["sequence_output"])
-    print(f"DEV mixed/{policy}/{layer_norm_type}/{sorted(extra.items())}/sequence_output rel {rel:.3e}")
+    variant = "/".join([policy, layer_norm_type] + [f"{k}={v}" for k, v in sorted(extra.items())])
+    print(f"DEV mixed/{variant}/sequence_output rel {rel:.3e}")
     assert rel < 5e-2
     for i in range(3):
         rel_s = _rel(got["attention_scores"][i], want["attention_scores"][i])

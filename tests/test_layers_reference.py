@@ -346,9 +346,8 @@ def test_decoder_score_paths_are_separate():
     prev_self, prev_cross = _prev(63), _prev(64, (B, N, L, M))
     with_self = block(x, memory, prev_self_scores=prev_self)
     with_cross = block(x, memory, prev_cross_scores=prev_cross)
-    # Self path: shifted by exactly prev_self; cross scores of that call are unchanged
-    # only if the cross-attention input is unchanged, which it is not (x changed), so we
-    # compare the self scores, which depend on x alone.
+    # Self path: the self scores shift by exactly prev_self. (The cross scores of that
+    # call change too, legitimately: the cross-attention's query input changed.)
     ref.assert_close("decoder/self_path", with_self[1], np.asarray(base[1]) + prev_self, ATOL)
     # Cross path: self-attention is untouched, so the cross scores shift by exactly
     # prev_cross and the self scores are identical.
@@ -388,17 +387,12 @@ def test_bert_embeddings_match_reference():
     seg = rng.integers(0, 3, size=(B, L)).astype(np.int32)
     layer(ids, seg)
     ref.randomize_weights(layer, seed=81)
+    tables = [np.asarray(w, np.float64) for w in (
+        layer.word_embeddings, layer.token_type_embeddings, layer.position_embeddings)]
+    ln = (np.asarray(layer.layer_norm.gamma, np.float64),
+          np.asarray(layer.layer_norm.beta, np.float64))
     got = layer(ids, seg, training=False)
-    want = ref.embeddings(
-        ids, seg, *(np.asarray(w, np.float64) for w in (
-            layer.word_embeddings, layer.token_type_embeddings, layer.position_embeddings)),
-        (np.asarray(layer.layer_norm.gamma, np.float64), np.asarray(layer.layer_norm.beta, np.float64)),
-    )
-    ref.assert_close("embeddings", got, want, ATOL)
+    ref.assert_close("embeddings", got, ref.embeddings(ids, seg, *tables, ln), ATOL)
     # segment_ids default to zeros.
-    want0 = ref.embeddings(
-        ids, np.zeros_like(seg), *(np.asarray(w, np.float64) for w in (
-            layer.word_embeddings, layer.token_type_embeddings, layer.position_embeddings)),
-        (np.asarray(layer.layer_norm.gamma, np.float64), np.asarray(layer.layer_norm.beta, np.float64)),
-    )
+    want0 = ref.embeddings(ids, np.zeros_like(seg), *tables, ln)
     ref.assert_close("embeddings/no_segments", layer(ids, training=False), want0, ATOL)

@@ -6,7 +6,6 @@ import json
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import numpy_reference as ref
 from realformer_tf.layers import (

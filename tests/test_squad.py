@@ -150,6 +150,29 @@ def test_gold_spans_map_back_to_the_original_text(files, version_2):
     assert all(entries[0]["probability"] > 0.99 for entries in nbest.values())
 
 
+def test_training_records_have_the_original_features(files, tmp_path):
+    import tensorflow as tf
+
+    squad_file = squad.load_squad_file(files["v2"], "train_file", True, True)
+    examples = squad.read_examples(squad_file, True, True)
+    tokenizer = squad.make_tokenizer(files["vocab"], True)
+    features = squad.convert_examples(examples, tokenizer, 48, 16, 16, is_training=True)
+    path = str(tmp_path / "train.tf_record")
+    assert squad.write_training_features(examples, tokenizer, 48, 16, 16, path) == len(features)
+    records = [tf.train.Example.FromString(r.numpy()).features.feature for r in tf.data.TFRecordDataset(path)]
+    assert len(records) == len(features)
+    assert set(records[0]) == {"unique_ids", "input_ids", "input_mask", "segment_ids",
+                               "start_positions", "end_positions", "is_impossible"}
+    for record, feature in zip(records, features):
+        assert record["unique_ids"].int64_list.value == [feature.unique_id]
+        assert list(record["input_ids"].int64_list.value) == feature.input_ids
+        assert record["start_positions"].int64_list.value == [feature.start_position]
+        assert record["end_positions"].int64_list.value == [feature.end_position]
+        assert record["is_impossible"].int64_list.value == [int(feature.is_impossible)]
+    tokens = features[0].tokens
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and len(tokens) <= 48
+
+
 # -- evaluation ------------------------------------------------------------------------
 def test_evaluation_v1_matches_hand_computed():
     data = [{"paragraphs": [{"context": "x", "qas": [

@@ -173,24 +173,38 @@ def make_tokenizer(vocab_file, do_lower_case, vocab_size=None):
 
 
 # -- features --------------------------------------------------------------------------
-def convert_examples(examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training):
-    """Examples -> list of Model Garden `InputFeatures` (one per doc_stride window),
-    the original BERT layout: [CLS] query [SEP] context [SEP]."""
-    features = []
-
+def _convert(examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training, sink):
     def output_fn(feature, is_padding=False):
-        if is_padding:  # squad_lib's own padding; we pad batches in the input pipeline
+        if is_padding:  # squad_lib's own padding; batches are padded in the input pipeline
             return
         feature.paragraph_mask = None  # XLNet-only extras, not written (original layout)
         feature.class_index = None
-        features.append(feature)
+        sink(feature)
 
     squad_lib.convert_examples_to_features(
         examples=examples, tokenizer=tokenizer, max_seq_length=max_seq_length,
         doc_stride=doc_stride, max_query_length=max_query_length, is_training=is_training,
         output_fn=output_fn, batch_size=1,
     )
+
+
+def convert_examples(examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training):
+    """Examples -> list of Model Garden `InputFeatures` (one per doc_stride window),
+    the original BERT layout: [CLS] query [SEP] context [SEP]."""
+    features = []
+    _convert(examples, tokenizer, max_seq_length, doc_stride, max_query_length, is_training,
+             features.append)
     return features
+
+
+def write_training_features(examples, tokenizer, max_seq_length, doc_stride, max_query_length, path):
+    """Converts and streams training features to `path` (train.tf_record) without keeping
+    them in memory, as the original; returns the feature count."""
+    writer = squad_lib.FeatureWriter(filename=path, is_training=True)
+    _convert(examples, tokenizer, max_seq_length, doc_stride, max_query_length, True,
+             writer.process_feature)
+    writer.close()
+    return writer.num_features
 
 
 def write_features(features, path, is_training):

@@ -74,17 +74,6 @@ def predict(trainer, features, path, max_seq_length, batch_size):
     return data.collect_results(features, out["unique_ids"], out["start_logits"], out["end_logits"])
 
 
-def _restore_or_initialize(trainer, weights_only):
-    """Trainer.restore_or_initialize; without an optimizer (predict only) the checkpoint's
-    optimizer slots are left unread on purpose (no warning per slot)."""
-    latest = trainer.checkpoint_manager.latest_checkpoint
-    if not (weights_only and latest):
-        return trainer.restore_or_initialize()
-    with trainer.strategy.scope():
-        trainer.checkpoint.restore(latest).expect_partial()
-    return latest
-
-
 def _check_flags(f):
     cli.require(f.do_train or f.do_predict, "at least one of --do_train or --do_predict must be True")
     cli.require(not f.do_eval, "run_squad.py has no --do_eval (the original has none): use "
@@ -123,25 +112,25 @@ def run_squad(f):
     v2 = f.version_2_with_negative
     train_file = data.load_squad_file(f.train_file, "train_file", True, v2) if f.do_train else None
     predict_file = data.load_squad_file(f.predict_file, "predict_file", False, v2) if f.do_predict else None
-    cli.claim_output_dir(f.output_dir, config, {"task": "squad", "version_2_with_negative": bool(v2)})
-
     num_train_steps = num_warmup_steps = 0
     if f.do_train:
         examples = data.shuffle_examples(data.read_examples(train_file, True, v2))
-        skipped = train_file.num_questions - len(examples)
-        if skipped:
-            print(f"Skipped {skipped} training question(s) whose answer text could not be recovered "
-                  "from the whitespace-split context (as the original does)", flush=True)
-        features = data.convert_examples(examples, tokenizer, f.max_seq_length, f.doc_stride,
-                                         f.max_query_length, is_training=True)
-        train_path = os.path.join(f.output_dir, "train.tf_record")
-        data.write_features(features, train_path, is_training=True)
         num_train_steps = int(len(examples) / f.train_batch_size * f.num_train_epochs)
         cli.require(num_train_steps > 0,
                     f"{len(examples)} training examples / --train_batch_size={f.train_batch_size} * "
                     f"--num_train_epochs={f.num_train_epochs} is 0 steps; lower the batch size or "
                     "raise the epochs")
         num_warmup_steps = int(num_train_steps * f.warmup_proportion)
+    cli.claim_output_dir(f.output_dir, config, {"task": "squad", "version_2_with_negative": bool(v2)})
+
+    if f.do_train:
+        skipped = train_file.num_questions - len(examples)
+        if skipped:
+            print(f"Skipped {skipped} training question(s) whose answer text could not be recovered "
+                  "from the whitespace-split context (as the original does)", flush=True)
+        train_path = os.path.join(f.output_dir, "train.tf_record")
+        num_train_features = data.write_training_features(
+            examples, tokenizer, f.max_seq_length, f.doc_stride, f.max_query_length, train_path)
 
     trainer = Trainer(
         SquadTask(config, f.init_checkpoint),
@@ -155,7 +144,7 @@ def run_squad(f):
         max_checkpoints_to_keep=f.keep_checkpoint_max,
         global_batch_size=f.train_batch_size,
     )
-    resumed = _restore_or_initialize(trainer, weights_only=not f.do_train)
+    resumed = trainer.restore_or_initialize(weights_only=not f.do_train)
     print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
           else trainer.init_message, flush=True)
     if f.do_predict and not f.do_train and not resumed and not trainer.task.head_initialized:
@@ -166,7 +155,7 @@ def run_squad(f):
 
     if f.do_train:
         print("***** Running training *****\n"
-              f"  Num orig examples = {len(examples)}\n  Num split examples = {len(features)}\n"
+              f"  Num orig examples = {len(examples)}\n  Num split examples = {num_train_features}\n"
               f"  Batch size = {f.train_batch_size}\n  Num steps = {num_train_steps} "
               f"({f.num_train_epochs} epochs; {num_warmup_steps} warmup)", flush=True)
         trainer.train(

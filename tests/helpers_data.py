@@ -1,0 +1,165 @@
+"""Tiny fixture builders shared by the end-to-end tests: a WordPiece vocab, raw
+pretraining text, a bert_config.json, GLUE TSV files, pretraining TFRecords, and a
+helper to run the repository's scripts in a subprocess.
+
+Everything is deterministic and small enough to train in seconds on one CPU core.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+SUBJECTS = ("the cat", "a dog", "the bird", "my friend", "the teacher", "a student", "the old man",
+            "the girl")
+VERBS = ("sees", "likes", "finds", "reads", "helps", "follows", "calls", "watches")
+OBJECTS = ("the book", "a red ball", "the small house", "the river", "a green tree", "the city",
+           "the garden", "a blue car")
+ENDINGS = ("today", "again", "at night", "in the morning", "every day", "with joy")
+
+WORDS = sorted({w for group in (SUBJECTS, VERBS, OBJECTS, ENDINGS) for phrase in group
+                for w in phrase.split()} | {"."})
+
+
+def sentences(count, seed=0):
+    rng = random.Random(seed)
+    return [f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(ENDINGS)} ."
+            for _ in range(count)]
+
+
+def write_vocab(path, special=SPECIAL_TOKENS, words=WORDS):
+    """One token per line: the special tokens, then every word of the tiny corpus."""
+    tokens = list(special) + [w for w in words if w not in special]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    return str(path)
+
+
+def vocab_size(special=SPECIAL_TOKENS, words=WORDS):
+    return len(list(special) + [w for w in words if w not in special])
+
+
+def write_text(path, num_docs=6, sentences_per_doc=8, seed=0):
+    """One sentence per line, a blank line between documents (create_pretraining_data's
+    input format)."""
+    rng = random.Random(seed)
+    docs = [sentences(sentences_per_doc, seed=rng.randrange(1 << 30)) for _ in range(num_docs)]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(doc) for doc in docs) + "\n")
+    return str(path)
+
+
+def tiny_config_dict(**overrides):
+    config = dict(
+        vocab_size=vocab_size(), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, hidden_act="gelu", hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1, max_position_embeddings=64, type_vocab_size=2,
+        initializer_range=0.02,
+    )
+    config.update(overrides)
+    return config
+
+
+def write_config(path, **overrides):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(tiny_config_dict(**overrides), f, indent=2)
+    return str(path)
+
+
+def tiny_config(**overrides):
+    from realformer_tf import modeling
+
+    return modeling.BertConfig(**tiny_config_dict(**overrides))
+
+
+def write_glue_mrpc(data_dir, num_train=8, num_dev=4):
+    """MRPC layout: header, then Quality, #1 ID, #2 ID, #1 String, #2 String."""
+    os.makedirs(data_dir, exist_ok=True)
+    rng = random.Random(1)
+    for name, n in (("train.tsv", num_train), ("dev.tsv", num_dev), ("test.tsv", num_dev)):
+        rows = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+        for i, (a, b) in enumerate(zip(sentences(n, seed=10 + len(name)), sentences(n, seed=20 + len(name)))):
+            rows.append(f"{rng.randrange(2)}\t{i}\t{i + 1000}\t{a}\t{b}")
+        with open(os.path.join(data_dir, name), "w", encoding="utf-8") as f:
+            f.write("\n".join(rows) + "\n")
+    return str(data_dir)
+
+
+def write_pretraining_records(path, num_examples, max_seq_length, max_predictions_per_seq,
+                              vocab=None, seed=0):
+    """Random but well-formed pretraining tf.Examples (the create_pretraining_data.py
+    features), without running the tokenizer."""
+    import numpy as np
+    import tensorflow as tf
+
+    vocab = vocab or vocab_size()
+    rng = np.random.default_rng(seed)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for ex in fixed_pretraining_batch(num_examples, max_seq_length, max_predictions_per_seq,
+                                          vocab, rng=rng, as_list=True):
+            feats = {k: tf.train.Feature(float_list=tf.train.FloatList(value=v))
+                     if k == "masked_lm_weights" else
+                     tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for k, v in ex.items()}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString())
+    return str(path)
+
+
+def fixed_pretraining_batch(batch_size, max_seq_length, max_predictions_per_seq, vocab=None,
+                            seed=0, rng=None, as_list=False):
+    """A batch of pretraining features as numpy arrays ({name: [B, ...]}), int32 like the
+    decoded TFRecords; with `as_list`, a list of per-example {name: python list}."""
+    import numpy as np
+
+    vocab = vocab or vocab_size()
+    rng = rng if rng is not None else np.random.default_rng(seed)
+    length = max_seq_length
+    ids = rng.integers(5, vocab, size=(batch_size, length)).astype(np.int32)
+    real = rng.integers(length // 2, length + 1, size=batch_size)
+    mask = (np.arange(length)[None, :] < real[:, None]).astype(np.int32)
+    ids = ids * mask
+    ids[:, 0] = 2  # [CLS]
+    segment = (np.arange(length)[None, :] >= (real // 2)[:, None]).astype(np.int32) * mask
+    positions = np.zeros((batch_size, max_predictions_per_seq), np.int32)
+    labels = np.zeros((batch_size, max_predictions_per_seq), np.int32)
+    weights = np.zeros((batch_size, max_predictions_per_seq), np.float32)
+    for b in range(batch_size):
+        n = min(max_predictions_per_seq, max(1, int(real[b]) - 1))
+        pos = np.sort(rng.choice(np.arange(1, real[b]), size=n, replace=False))
+        positions[b, :n] = pos
+        labels[b, :n] = ids[b, pos]
+        weights[b, :n] = 1.0
+        ids[b, pos] = 4  # [MASK]
+    batch = {
+        "input_ids": ids, "input_mask": mask, "segment_ids": segment,
+        "masked_lm_positions": positions, "masked_lm_ids": labels, "masked_lm_weights": weights,
+        "next_sentence_labels": rng.integers(0, 2, size=(batch_size, 1)).astype(np.int32),
+    }
+    if as_list:
+        return [{k: v[b].tolist() for k, v in batch.items()} for b in range(batch_size)]
+    return batch
+
+
+def script_env(**extra):
+    env = dict(os.environ)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def run_script(script, *args, timeout=600, env=None):
+    """Runs `python <repo>/<script> args...`; returns the CompletedProcess (text)."""
+    cmd = [sys.executable, os.path.join(ROOT, script), *[str(a) for a in args]]
+    return subprocess.run(cmd, cwd=ROOT, env=env or script_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def flags(**values):
+    """{name: value} -> ["--name=value", ...] (bools as True/False like the original docs)."""
+    return [f"--{k}={v}" for k, v in values.items()]
