@@ -35,12 +35,17 @@ def _layer_norm_last_axis(x, gamma, beta, epsilon):
         xhat = (x - mean) * rstd
         y = xhat * gamma + beta
 
+        scope = tf.get_current_name_scope()
+
         def grad(dy):
-            reduce_axes = list(range(len(dy.shape) - 1))
-            dxhat = dy * gamma
-            dx = rstd * (dxhat - tf.reduce_mean(dxhat, -1, keepdims=True)
-                         - xhat * tf.reduce_mean(dxhat * xhat, -1, keepdims=True))
-            return dx, tf.reduce_sum(dy * xhat, reduce_axes), tf.reduce_sum(dy, reduce_axes)
+            # Name the backward ops like autodiff does (gradient_tape/<forward scope>/...)
+            # so profile_encoder.py attributes them to the model and the layer.
+            with tf.name_scope(f"gradient_tape/{scope}/" if scope else "gradient_tape/"):
+                reduce_axes = list(range(len(dy.shape) - 1))
+                dxhat = dy * gamma
+                dx = rstd * (dxhat - tf.reduce_mean(dxhat, -1, keepdims=True)
+                             - xhat * tf.reduce_mean(dxhat * xhat, -1, keepdims=True))
+                return dx, tf.reduce_sum(dy * xhat, reduce_axes), tf.reduce_sum(dy, reduce_axes)
 
         return y, grad
 

@@ -158,6 +158,18 @@ def test_loss_decreases_on_a_repeated_batch(tmp_path):
     assert after["loss"] == pytest.approx(after["masked_lm_loss"] + after["next_sentence_loss"])
 
 
+def _saved_step(output_dir):
+    """Step of the checkpoint the `checkpoint` state file points at (-1: none yet). The
+    state file is rewritten atomically only after a save completes, so a ckpt-N.index
+    alone does not count."""
+    try:
+        with open(os.path.join(output_dir, "checkpoint")) as f:
+            match = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', f.read(), re.M)
+    except OSError:
+        return -1
+    return int(match.group(1)) if match else -1
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume(corpus, tmp_path):
     import tensorflow as tf
@@ -174,8 +186,7 @@ def test_kill_9_then_resume(corpus, tmp_path):
         deadline = time.time() + 300
         try:
             while time.time() < deadline and proc.poll() is None:
-                if os.path.isdir(out) and any(
-                        re.fullmatch(r"ckpt-(\d+)\.index", n) and int(n[5:-6]) >= 5 for n in os.listdir(out)):
+                if _saved_step(out) >= 5:
                     break
                 time.sleep(0.05)
             running = proc.poll() is None
@@ -194,6 +205,7 @@ def test_kill_9_then_resume(corpus, tmp_path):
     killed_at = _checkpoint_step(latest)
     assert killed_at >= 5 and killed_at % 5 == 0
     target = max(20, killed_at + 10)
+    print(f"killed -9 with the latest complete checkpoint at step {killed_at}; resuming to {target}")
 
     proc = h.run_script("run_pretraining.py", *args(target))
     _check(proc, "resumed run_pretraining.py")

@@ -134,20 +134,22 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         v = self._split_heads(self.value_dense(value))
 
         # Scale q rather than q.k^T: same math, B*F*N*D multiplies instead of B*N*F*T.
-        q = q * tf.cast(self.key_dim**-0.5, q.dtype)
+        q = q * tf.constant(self.key_dim**-0.5, dtype=q.dtype)
         scores = tf.einsum("bfnd,btnd->bnft", q, k)
         if prev_scores is not None:
             scores = scores + tf.cast(prev_scores, scores.dtype)
 
-        logits = self.attention_logits(scores)
+        # Mask and softmax in float32 under mixed precision: a -10000 bias added in
+        # half precision would swamp the logits (bf16 spacing near 1e4 is 64), and a
+        # half-precision exp/sum loses small probabilities.
+        softmax_dtype = tf.float32 if scores.dtype in (tf.float16, tf.bfloat16) else scores.dtype
+        logits = tf.cast(self.attention_logits(scores), softmax_dtype)
         mask = masking.combine_masks(
             attention_mask, tf.shape(query)[1], tf.shape(key)[1], use_causal_mask
         )
         if mask is not None:
-            logits = logits + masking.mask_bias(mask, logits.dtype)
-        # Softmax in float32 under mixed precision: half-precision exp/sum loses the
-        # small probabilities and can overflow.
-        probs = tf.cast(tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1), v.dtype)
+            logits = logits + masking.mask_bias(mask, softmax_dtype)
+        probs = tf.cast(tf.nn.softmax(logits, axis=-1), v.dtype)
         probs = self.probability_dropout(probs, training=training)
 
         context = tf.einsum("bnft,btnd->bfnd", probs, v)

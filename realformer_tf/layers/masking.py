@@ -1,9 +1,9 @@
 """Attention masks as additive logit biases.
 
-The original BERT adds `(1 - mask) * -10000` to the logits. -10000 is representable in
-float16 and bfloat16 and, unlike the dtype's minimum, cannot overflow to -inf when added
-to a logit, so a fully masked row gives a (uniform) finite softmax instead of NaN in
-every precision.
+The original BERT adds `(1 - mask) * -10000` to the logits; the attention layer does
+so in float32 (or float64) even under mixed precision. Unlike the dtype's minimum,
+-10000 cannot overflow to -inf when added to a logit, so a fully masked row gets a
+finite softmax (all its logits shift alike) instead of NaN.
 """
 
 import tensorflow as tf

@@ -147,7 +147,7 @@ def run_classifier(f):
         max_checkpoints_to_keep=f.keep_checkpoint_max,
         global_batch_size=f.train_batch_size,
     )
-    resumed = trainer.restore_or_initialize()
+    resumed = trainer.restore_or_initialize(weights_only=not f.do_train)
     print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
           else trainer.init_message, flush=True)
 
