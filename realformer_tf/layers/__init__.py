@@ -19,3 +19,4 @@ __all__ = [
     "TransformerEncoderBlock",
     "get_activation",
 ]
+from realformer_tf.layers.etc_attention import GlobalLocalAttention, GlobalLocalBlock, GlobalLocalEncoder  # noqa: E402,F401

@@ -1,0 +1,421 @@
+"""ETC (Extended Transformer Construction) with RealFormer residual attention.
+
+    config = etc_modeling.EtcConfig(vocab_size=30522, local_radius=84)
+    model = etc_modeling.EtcModel(config)
+    features = etc_inputs.features_for_config(config, long_token_ids, global_seq_len=64,
+                                              sentence_ids=sentence_ids)
+    out = model(features)
+    out["long_output"], out["global_output"]    # [B, L, H], [B, G, H]
+    out["long_scores"], out["global_scores"]    # lists, one carried score tensor per layer
+
+Each attention type has its own residual score path (the long side's fused l2l+l2g
+logits and the global side's fused g2g+g2l logits), both pre-mask running sums; see
+`realformer_tf/layers/etc_attention.py` for the layouts.
+"""
+
+import copy
+import dataclasses
+import json
+
+import keras
+import tensorflow as tf
+
+from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (ConfigError is public here)
+from realformer_tf.layers.activations import ACTIVATION_NAMES
+from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
+from realformer_tf.layers.etc_attention import (
+    SIDE_INPUT_NAMES,
+    GlobalLocalEncoder,
+    relative_vocab_size_needed,
+)
+from realformer_tf.layers.heads import BertLogits, MaskedLMHead
+from realformer_tf.layers.transformer import LAYER_NORM_TYPES
+
+LAYER_NORM_EPSILON = 1e-12
+
+
+@dataclasses.dataclass
+class EtcConfig:
+    """ETC's config fields (google-research etcmodel EtcConfig names and defaults) plus
+    the RealFormer / NormFormer switches of `BertConfig`.
+
+    `use_pre_activation_order` (ETC's name for Pre-LN) is accepted: with it,
+    `layer_norm_type` defaults to "pre" (it may also be "normformer", not "post").
+    """
+
+    vocab_size: int
+    segment_vocab_size: int = 16
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    initializer_range: float = 0.02
+    local_radius: int = 84
+    relative_pos_max_distance: int = 12
+    relative_vocab_size: int = 32
+    max_absolute_position_embeddings: int = 0
+    share_feed_forward_params: bool = True
+    share_kv_projections: bool = False
+    share_qkv_projections: bool = True
+    share_att_output_projection: bool = False
+    use_pre_activation_order: bool = False
+    use_hard_g2l_mask: bool = False
+    use_hard_l2g_mask: bool = False
+    # RealFormer
+    residual_attention: bool = True
+    use_running_mean: bool = False
+    # Normalization: "post" (ETC's default), "pre", "normformer"; None = from
+    # use_pre_activation_order.
+    layer_norm_type: str = None
+    normformer_head_scale_position: str = "before_projection"
+    normformer_residual_scale: bool = False
+
+    def __post_init__(self):
+        if self.layer_norm_type is None:
+            self.layer_norm_type = "pre" if self.use_pre_activation_order is True else "post"
+        self._validate()
+
+    # Construction and JSON I/O work exactly as for BertConfig (unknown fields: an error
+    # naming them; files through tf.io.gfile).
+    from_dict = classmethod(BertConfig.from_dict.__func__)
+    from_json_file = classmethod(BertConfig.from_json_file.__func__)
+
+    def to_dict(self):
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    def to_json_string(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_json_file(self, path):
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(self.to_json_string())
+
+    @property
+    def head_size(self):
+        return self.hidden_size // self.num_attention_heads
+
+    def describe(self):
+        name = "ETC+RealFormer" if self.residual_attention else "ETC"
+        if self.layer_norm_type == "normformer":
+            name += "+NormFormer"
+        parts = [
+            f"residual attention {'on' if self.residual_attention else 'off'} (separate long/global paths)",
+            f"{self.layer_norm_type}-LN" if self.layer_norm_type != "normformer" else "normformer (pre-LN)",
+            f"running mean {'on' if self.use_running_mean and self.residual_attention else 'off'}",
+            f"local radius {self.local_radius}",
+            f"relative max distance {self.relative_pos_max_distance}",
+        ]
+        if self.use_hard_g2l_mask or self.use_hard_l2g_mask:
+            parts.append("hard " + "/".join(n for n, on in (("g2l", self.use_hard_g2l_mask),
+                                                              ("l2g", self.use_hard_l2g_mask)) if on) + " mask")
+        size = (f"{self.num_hidden_layers}L/{self.num_attention_heads}H/{self.hidden_size}"
+                f"/{self.intermediate_size}")
+        return f"{name}: {', '.join(parts)} [{size}, vocab {self.vocab_size}]"
+
+    def _validate(self):
+        for name in ("vocab_size", "segment_vocab_size", "hidden_size", "num_hidden_layers",
+                     "num_attention_heads", "intermediate_size", "local_radius"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("relative_pos_max_distance", "relative_vocab_size",
+                     "max_absolute_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if isinstance(self.initializer_range, bool) or not isinstance(
+                self.initializer_range, (int, float)) or self.initializer_range <= 0:
+            raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
+        for name in ("share_feed_forward_params", "share_kv_projections", "share_qkv_projections",
+                     "share_att_output_projection", "use_pre_activation_order", "use_hard_g2l_mask",
+                     "use_hard_l2g_mask", "residual_attention", "use_running_mean",
+                     "normformer_residual_scale"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
+                f"({self.num_attention_heads})")
+        if self.hidden_act not in ACTIVATION_NAMES:
+            raise ConfigError(
+                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATION_NAMES)}")
+        if self.relative_pos_max_distance > 0:
+            needed = relative_vocab_size_needed(self.relative_pos_max_distance)
+            if self.relative_vocab_size < needed:
+                raise ConfigError(
+                    f"relative_vocab_size ({self.relative_vocab_size}) must be at least "
+                    f"2*relative_pos_max_distance+4 = {needed}: {2 * self.relative_pos_max_distance + 1} "
+                    f"clipped relative positions (relative_pos_max_distance="
+                    f"{self.relative_pos_max_distance}) + 3 extra ids (l2g/g2l other sentence, "
+                    "same sentence, padding); raise relative_vocab_size or lower "
+                    "relative_pos_max_distance")
+        if self.layer_norm_type not in LAYER_NORM_TYPES:
+            raise ConfigError(
+                f"layer_norm_type {self.layer_norm_type!r} is not one of {', '.join(LAYER_NORM_TYPES)}")
+        if self.use_pre_activation_order and self.layer_norm_type == "post":
+            raise ConfigError(
+                'use_pre_activation_order (ETC\'s Pre-LN) contradicts "layer_norm_type": "post"; '
+                'drop one of them or use "pre" / "normformer"')
+        if self.normformer_head_scale_position not in HEAD_SCALE_POSITIONS:
+            raise ConfigError(
+                f"normformer_head_scale_position {self.normformer_head_scale_position!r} is not one "
+                f"of {', '.join(HEAD_SCALE_POSITIONS)}")
+        if self.normformer_residual_scale and self.layer_norm_type != "normformer":
+            raise ConfigError('normformer_residual_scale needs "layer_norm_type": "normformer"')
+
+
+# ----------------------------------------------------------------------------- layers
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class EtcEmbeddings(keras.layers.Layer):
+    """Token (+ segment, + optional absolute position) embeddings for the long and the
+    global input, one shared token/segment/position table (ETC), a LayerNorm per side,
+    dropout. Call: `emb(long_ids, global_ids, long_type_ids, global_type_ids)`."""
+
+    def __init__(self, vocab_size, hidden_size, segment_vocab_size=16,
+                 max_absolute_position_embeddings=0, hidden_dropout=0.1, initializer_range=0.02,
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size = int(vocab_size)
+        self.hidden_size = int(hidden_size)
+        self.segment_vocab_size = int(segment_vocab_size)
+        self.max_absolute_position_embeddings = int(max_absolute_position_embeddings)
+        self.hidden_dropout = float(hidden_dropout)
+        self.initializer_range = float(initializer_range)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.long_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="long_layer_norm", dtype=self.dtype_policy)
+        self.global_layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, name="global_layer_norm", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(self.hidden_dropout, dtype=self.dtype_policy)
+
+    def build(self, long_ids_shape=None, global_ids_shape=None):
+        init = lambda: keras.initializers.TruncatedNormal(stddev=self.initializer_range)  # noqa: E731
+        self.word_embeddings = self.add_weight(
+            name="word_embeddings", shape=(self.vocab_size, self.hidden_size), initializer=init())
+        self.segment_embeddings = self.add_weight(
+            name="segment_embeddings", shape=(self.segment_vocab_size, self.hidden_size),
+            initializer=init())
+        if self.max_absolute_position_embeddings:
+            self.position_embeddings = self.add_weight(
+                name="position_embeddings",
+                shape=(self.max_absolute_position_embeddings, self.hidden_size), initializer=init())
+        self.long_layer_norm.build((None, None, self.hidden_size))
+        self.global_layer_norm.build((None, None, self.hidden_size))
+        super().build(long_ids_shape)
+
+    def _embed(self, ids, type_ids, layer_norm, training):
+        x = tf.gather(self.word_embeddings, ids) + tf.gather(self.segment_embeddings, type_ids)
+        if self.max_absolute_position_embeddings:
+            x += self.position_embeddings[None, : tf.shape(ids)[1], :]
+        return self.dropout(layer_norm(x), training=training)
+
+    def call(self, long_ids, global_ids, long_type_ids=None, global_type_ids=None, training=None):
+        if long_type_ids is None:
+            long_type_ids = tf.zeros_like(long_ids)
+        if global_type_ids is None:
+            global_type_ids = tf.zeros_like(global_ids)
+        return (self._embed(long_ids, long_type_ids, self.long_layer_norm, training),
+                self._embed(global_ids, global_type_ids, self.global_layer_norm, training))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+            segment_vocab_size=self.segment_vocab_size,
+            max_absolute_position_embeddings=self.max_absolute_position_embeddings,
+            hidden_dropout=self.hidden_dropout, initializer_range=self.initializer_range,
+            layer_norm_epsilon=self.layer_norm_epsilon)
+        return config
+
+
+# ----------------------------------------------------------------------------- models
+def _as_config(config):
+    return EtcConfig.from_dict(config) if isinstance(config, dict) else config
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class EtcModel(keras.Model):
+    """The ETC encoder (global-local attention) with RealFormer residual scores.
+
+    Inputs: dict with `long_token_ids` [B, L] and `global_token_ids` [B, G] (0 = padding),
+    optional `long_token_type_ids` / `global_token_type_ids` (default 0) and any of the
+    side inputs (`realformer_tf.data.etc_inputs.make_side_inputs`). A missing mask is
+    derived from padding (token id 0): keys that are padding are masked; extra keys
+    (e.g. `long_input_mask`, `sentence_ids`) are ignored.
+
+    Outputs: dict with `long_output` [B, L, H], `global_output` [B, G, H],
+    `long_encoder_outputs` / `global_encoder_outputs` (one per layer), `long_scores` and
+    `global_scores` (lists, one carried score tensor per layer; layouts in
+    `realformer_tf.layers.etc_attention`).
+    """
+
+    def __init__(self, config, **kwargs):
+        config = _as_config(config)
+        kwargs.setdefault("name", "etc")
+        super().__init__(**kwargs)
+        self.config = config
+        self.embeddings = EtcEmbeddings(
+            vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+            segment_vocab_size=config.segment_vocab_size,
+            max_absolute_position_embeddings=config.max_absolute_position_embeddings,
+            hidden_dropout=config.hidden_dropout_prob, initializer_range=config.initializer_range,
+            name="embeddings", dtype=self.dtype_policy)
+        self.encoder = GlobalLocalEncoder(
+            num_layers=config.num_hidden_layers,
+            num_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+            hidden_act=config.hidden_act,
+            hidden_dropout=config.hidden_dropout_prob,
+            attention_dropout=config.attention_probs_dropout_prob,
+            layer_norm_type=config.layer_norm_type,
+            residual_attention=config.residual_attention,
+            use_running_mean=config.use_running_mean,
+            head_scale_position=config.normformer_head_scale_position,
+            use_residual_scale=config.normformer_residual_scale,
+            initializer_range=config.initializer_range,
+            layer_norm_epsilon=LAYER_NORM_EPSILON,
+            local_radius=config.local_radius,
+            relative_pos_max_distance=config.relative_pos_max_distance,
+            relative_vocab_size=config.relative_vocab_size,
+            share_feed_forward_params=config.share_feed_forward_params,
+            share_kv_projections=config.share_kv_projections,
+            share_qkv_projections=config.share_qkv_projections,
+            share_att_output_projection=config.share_att_output_projection,
+            name="encoder", dtype=self.dtype_policy)
+
+    def _dummy_inputs(self):
+        return {"long_token_ids": tf.ones([1, 2], tf.int32), "global_token_ids": tf.ones([1, 1], tf.int32)}
+
+    def _ensure_built(self):
+        if not self.built:
+            self(self._dummy_inputs(), training=False)
+
+    def get_embedding_table(self):
+        self._ensure_built()
+        return self.embeddings.word_embeddings
+
+    def _check_length(self, long_ids):
+        limit = self.config.max_absolute_position_embeddings
+        if not limit:
+            return
+        static_len = long_ids.shape[1]
+        if static_len is not None and static_len > limit:
+            raise ValueError(
+                f"long input length {static_len} exceeds max_absolute_position_embeddings={limit}")
+        if static_len is None:
+            tf.debugging.assert_less_equal(
+                tf.shape(long_ids)[1], limit,
+                message=f"long input length exceeds max_absolute_position_embeddings={limit}")
+
+    def call(self, inputs, training=None):
+        if not isinstance(inputs, dict) or "long_token_ids" not in inputs or "global_token_ids" not in inputs:
+            raise ValueError(
+                "EtcModel takes a dict with 'long_token_ids' and 'global_token_ids' (and optional "
+                "token type ids and side inputs; see realformer_tf.data.etc_inputs)")
+        long_ids = tf.cast(inputs["long_token_ids"], tf.int32)
+        global_ids = tf.cast(inputs["global_token_ids"], tf.int32)
+        self._check_length(long_ids)
+
+        def optional_int(name):
+            value = inputs.get(name)
+            return None if value is None else tf.cast(value, tf.int32)
+
+        x_long, x_global = self.embeddings(
+            long_ids, global_ids, optional_int("long_token_type_ids"),
+            optional_int("global_token_type_ids"), training=training)
+        side = {name: optional_int(name) for name in SIDE_INPUT_NAMES if inputs.get(name) is not None}
+        long_real = tf.cast(tf.not_equal(long_ids, 0), tf.int32)
+        global_real = tf.cast(tf.not_equal(global_ids, 0), tf.int32)
+        side.setdefault("l2l_att_mask", long_real)           # [B, L] key padding
+        side.setdefault("g2g_att_mask", global_real)         # [B, G] key padding
+        if "l2g_att_mask" not in side:
+            side["l2g_att_mask"] = tf.broadcast_to(global_real[:, None, :],
+                                                   [tf.shape(long_ids)[0], tf.shape(long_ids)[1],
+                                                    tf.shape(global_ids)[1]])
+        if "g2l_att_mask" not in side:
+            side["g2l_att_mask"] = tf.broadcast_to(long_real[:, None, :],
+                                                   [tf.shape(long_ids)[0], tf.shape(global_ids)[1],
+                                                    tf.shape(long_ids)[1]])
+        return self.encoder(x_long, x_global, side_inputs=side, training=training)
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(EtcConfig.from_dict(config["config"]), name=config.get("name", "etc"))
+
+
+class _EtcWithHead(keras.Model):
+    def __init__(self, config, **kwargs):
+        config = _as_config(config)
+        super().__init__(**kwargs)
+        self.config = config
+        self.etc = EtcModel(config, name="etc", dtype=self.dtype_policy)
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(EtcConfig.from_dict(config["config"]), name=config.get("name"))
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class EtcPretrainingModel(_EtcWithHead):
+    """ETC + a masked-LM head on the long output (weights tied to the token embeddings).
+    Extra input: `masked_lm_positions` [B, P] (long positions). Extra output:
+    `masked_lm_logits` [B, P, vocab] (float32)."""
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "etc_pretraining")
+        super().__init__(config, **kwargs)
+        cfg = self.config
+        self.masked_lm = MaskedLMHead(
+            cfg.vocab_size, hidden_act=cfg.hidden_act, initializer_range=cfg.initializer_range,
+            layer_norm_epsilon=LAYER_NORM_EPSILON, name="predictions", dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None):
+        outputs = dict(self.etc(inputs, training=training))
+        outputs["masked_lm_logits"] = self.masked_lm(
+            outputs["long_output"], inputs["masked_lm_positions"], self.etc.get_embedding_table())
+        return outputs
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class EtcClassifierModel(_EtcWithHead):
+    """ETC + classifier on the first global token (ETC's choice for long documents):
+    tanh pooler, dropout, `BertLogits`. Output: `logits` [B, num_labels] (float32)."""
+
+    def __init__(self, config, num_labels, **kwargs):
+        kwargs.setdefault("name", "etc_classifier")
+        super().__init__(config, **kwargs)
+        self.num_labels = int(num_labels)
+        cfg = self.config
+        self.pooler = keras.layers.Dense(
+            cfg.hidden_size, activation="tanh",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=cfg.initializer_range),
+            name="pooler", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(cfg.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.classifier = BertLogits(self.num_labels, initializer_range=cfg.initializer_range,
+                                     name="classifier", dtype=self.dtype_policy)
+
+    def call(self, inputs, training=None):
+        outputs = self.etc(inputs, training=training)
+        pooled = self.pooler(outputs["global_output"][:, 0])
+        logits = self.classifier(self.dropout(pooled, training=training))
+        return {"logits": logits, "pooled_output": pooled}
+
+    def get_config(self):
+        return dict(super().get_config(), num_labels=self.num_labels)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(EtcConfig.from_dict(config["config"]), config["num_labels"], name=config.get("name"))

@@ -1,0 +1,177 @@
+"""Data parallelism computes what one device computes.
+
+Each case runs in its own Python process: logical devices and TF_CONFIG must be set
+before TensorFlow initializes, and the pytest process has already imported it.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import helpers_data as h
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+# Same examples per step, same initial weights, no dropout: MirroredStrategy over two
+# logical CPUs vs the default strategy. Prints one JSON line of measurements.
+MIRRORED_SCRIPT = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras
+sys.path.insert(0, TESTS)
+import helpers_data as h
+from realformer_tf import optimization
+from realformer_tf.tasks.pretraining import PretrainingTask
+from realformer_tf.training import Trainer
+
+GLOBAL, STEPS, SEQ, PRED = 8, 5, 16, 4
+config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+batches = [h.fixed_pretraining_batch(GLOBAL, SEQ, PRED, seed=100 + s) for s in range(STEPS)]
+examples = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+
+
+def dataset_fn(input_context=None):
+    # One input pipeline on one host: the replicas take consecutive per-replica batches
+    # of it, so replica r of step s sees examples [s*GLOBAL + r*per, ... + per), the
+    # same examples the single device sees in its step s.
+    per = input_context.get_per_replica_batch_size(GLOBAL) if input_context else GLOBAL
+    assert input_context is None or input_context.num_input_pipelines == 1
+    return tf.data.Dataset.from_tensor_slices(examples).batch(per, drop_remainder=True).repeat()
+
+
+def run(strategy, model_dir, initial=None):
+    keras.utils.set_random_seed(1)
+    trainer = Trainer(
+        PretrainingTask(config), strategy, model_dir,
+        optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, STEPS, 0),
+        steps_per_loop=1, save_checkpoints_steps=1000, clip_norm=CLIP, global_batch_size=GLOBAL,
+    )
+    trainer.restore_or_initialize()
+    if initial is not None:
+        trainer.model.set_weights(initial)
+    start = [w.copy() for w in trainer.model.get_weights()]
+    losses = []
+    trainer.train(dataset_fn, STEPS, log_fn=lambda line: losses.append(float(line.rsplit("| loss ", 1)[1].split()[0])))
+    return start, trainer.model.get_weights(), losses
+
+
+mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+assert mirrored.num_replicas_in_sync == 2
+
+# Check the assumption above on the first step's two per-replica batches.
+first = next(iter(mirrored.distribute_datasets_from_function(dataset_fn)))
+parts = [p.numpy() for p in mirrored.experimental_local_results(first["input_ids"])]
+np.testing.assert_array_equal(np.concatenate(parts), examples["input_ids"][:GLOBAL])
+
+one_start, one_end, one_losses = run(tf.distribute.get_strategy(), OUT + "/default")
+two_start, two_end, two_losses = run(mirrored, OUT + "/mirrored", initial=one_start)
+start_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, two_start))
+diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one_end, two_end))
+moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, one_end))
+print(json.dumps(dict(start_diff=start_diff, max_weight_diff=diff, max_update=moved,
+                      losses_default=one_losses, losses_mirrored=two_losses)))
+"""
+
+
+def _run_python(code, timeout=600, env=None):
+    proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=env or h.script_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("clip_norm", [1.0, 0.05], ids=["clip1", "clip0.05-active"])
+def test_mirrored_two_replicas_match_one_device(tmp_path, clip_norm):
+    code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCLIP = {clip_norm!r}\n" + MIRRORED_SCRIPT
+    m = _run_python(code)
+    print("mirrored vs default:", m)
+    assert m["start_diff"] == 0.0
+    assert m["max_update"] > 1e-3  # the weights did move
+    assert m["max_weight_diff"] < 1e-5, m
+    # The progress lines print 4 significant digits.
+    np.testing.assert_allclose(m["losses_mirrored"], m["losses_default"], rtol=2e-3)
+    assert len(m["losses_default"]) == 5
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@pytest.mark.slow
+def test_multi_worker_mirrored_two_local_workers(tmp_path):
+    """Two worker processes on this host train together through run_pretraining.py and
+    end with identical weights. Each worker gets its own --output_dir: the Trainer
+    writes checkpoints from every worker to --output_dir (see the report), so a shared
+    directory would have both workers write the same files."""
+    import tensorflow as tf
+
+    max_seq, max_pred, steps = 16, 4, 3
+    records = h.write_pretraining_records(tmp_path / "records.tfrecord", 40, max_seq, max_pred)
+    config = h.write_config(tmp_path / "bert_config.json")
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs, logs = [], []
+    for index in range(2):
+        out = str(tmp_path / f"worker{index}")
+        args = h.flags(
+            input_file=records, output_dir=out, do_train=True, do_eval=True,
+            bert_config_file=config, train_batch_size=8, eval_batch_size=8, max_seq_length=max_seq,
+            max_predictions_per_seq=max_pred, num_train_steps=steps, num_warmup_steps=1,
+            learning_rate=1e-3, save_checkpoints_steps=steps, iterations_per_loop=1,
+            max_eval_steps=2, distribution_strategy="multi_worker_mirrored",
+        )
+        env = h.script_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        log = open(tmp_path / f"worker{index}.log", "w+")
+        logs.append(log)
+        procs.append(subprocess.Popen([sys.executable, os.path.join(h.ROOT, "run_pretraining.py"), *args],
+                                      cwd=h.ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        for p in procs:
+            p.wait(timeout=400)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    texts = []
+    for log in logs:
+        log.seek(0)
+        texts.append(log.read())
+        log.close()
+    for index, (p, text) in enumerate(zip(procs, texts)):
+        assert p.returncode == 0, f"worker {index} exit {p.returncode}:\n{text}"
+        assert "MultiWorkerMirroredStrategy with 2 replica(s)" in text, text
+
+    readers = [tf.train.load_checkpoint(str(tmp_path / f"worker{i}" / "bert_model.ckpt")) for i in range(2)]
+    names = sorted(readers[0].get_variable_to_shape_map())
+    assert names == sorted(readers[1].get_variable_to_shape_map())
+    diff = max(float(np.max(np.abs(readers[0].get_tensor(n) - readers[1].get_tensor(n)))) for n in names)
+    print(f"multi-worker max weight difference between the workers: {diff}")
+    assert diff <= 1e-6
+    for i in range(2):
+        latest = tf.train.latest_checkpoint(str(tmp_path / f"worker{i}"))
+        reader = tf.train.load_checkpoint(latest)
+        step_key = next(k for k in reader.get_variable_to_shape_map() if "global_step" in k)
+        assert int(reader.get_tensor(step_key)) == steps
+    # Both evaluated the same (all-reduced) metrics.
+    results = [open(tmp_path / f"worker{i}" / "eval_results.txt").read() for i in range(2)]
+    assert results[0] == results[1]
