@@ -11,6 +11,8 @@ checkpoint as --init_checkpoint.)
 
 import os
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
+
 from absl import app, flags
 
 from realformer_tf import cli, convert
@@ -35,6 +37,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     flags.mark_flags_as_required(["bert_config_file", "input_checkpoint", "output_checkpoint"])
     app.run(cli.run(main))

@@ -12,6 +12,8 @@ Takes the original google-research/bert run_classifier.py flags, e.g.
 
 import os
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
+
 from absl import app, flags
 
 from realformer_tf import cli
@@ -37,6 +39,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     flags.mark_flags_as_required(["data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"])
     app.run(cli.run(main))

@@ -19,6 +19,8 @@ the best_f1_thresh that eval_results.txt reports).
 
 import os
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
+
 from absl import app, flags
 
 from realformer_tf import cli
@@ -62,6 +64,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     flags.mark_flags_as_required(["vocab_file", "bert_config_file", "output_dir"])
     app.run(cli.run(main))

@@ -81,7 +81,18 @@ class EtcConfig:
     # Construction and JSON I/O work exactly as for BertConfig (unknown fields: an error
     # naming them; files through tf.io.gfile).
     from_dict = classmethod(BertConfig.from_dict.__func__)
-    from_json_file = classmethod(BertConfig.from_json_file.__func__)
+
+    @classmethod
+    def from_json_file(cls, path):
+        if not tf.io.gfile.exists(path):
+            raise ConfigError(f"ETC config file {path} does not exist")
+        with tf.io.gfile.GFile(path, "r") as f:
+            text = f.read()
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path} is not valid JSON ({e})") from None
+        return cls.from_dict(values, source=str(path))
 
     def to_dict(self):
         return copy.deepcopy(dataclasses.asdict(self))

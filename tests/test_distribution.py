@@ -159,7 +159,8 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
         log.close()
     for index, (p, text) in enumerate(zip(procs, texts)):
         assert p.returncode == 0, f"worker {index} exit {p.returncode}:\n{text}"
-        assert "MultiWorkerMirroredStrategy with 2 replica(s)" in text, text
+        # MultiWorkerMirroredStrategy is a CollectiveAllReduceStrategy underneath.
+        assert "CollectiveAllReduceStrategy with 2 replica(s)" in text, text
 
     readers = [tf.train.load_checkpoint(str(tmp_path / f"worker{i}" / "bert_model.ckpt")) for i in range(2)]
     names = sorted(readers[0].get_variable_to_shape_map())
