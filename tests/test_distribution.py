@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -50,12 +49,17 @@ def dataset_fn(input_context=None):
     return tf.data.Dataset.from_tensor_slices(examples).batch(per, drop_remainder=True).repeat()
 
 
-def run(strategy, model_dir, initial=None):
+def make_optimizer(name):
+    if name == "sgd":  # updates proportional to the gradient: no scale invariance to hide a bug
+        return keras.optimizers.SGD(learning_rate=0.5)
+    return optimization.create_optimizer("adamw", 1e-3, STEPS, 0)
+
+
+def run(strategy, model_dir, optimizer, clip, initial=None):
     keras.utils.set_random_seed(1)
     trainer = Trainer(
-        PretrainingTask(config), strategy, model_dir,
-        optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, STEPS, 0),
-        steps_per_loop=1, save_checkpoints_steps=1000, clip_norm=CLIP, global_batch_size=GLOBAL,
+        PretrainingTask(config), strategy, model_dir, optimizer_fn=lambda: make_optimizer(optimizer),
+        steps_per_loop=1, save_checkpoints_steps=1000, clip_norm=clip, global_batch_size=GLOBAL,
     )
     trainer.restore_or_initialize()
     if initial is not None:
@@ -63,7 +67,15 @@ def run(strategy, model_dir, initial=None):
     start = [w.copy() for w in trainer.model.get_weights()]
     losses = []
     trainer.train(dataset_fn, STEPS, log_fn=lambda line: losses.append(float(line.rsplit("| loss ", 1)[1].split()[0])))
-    return start, trainer.model.get_weights(), losses
+    return trainer, start, trainer.model.get_weights(), losses
+
+
+def first_gradient_norm(trainer):
+    features = {k: tf.constant(v[:GLOBAL]) for k, v in examples.items()}
+    with tf.GradientTape() as tape:
+        sums = trainer.task.metric_sums(features, trainer.model(features, training=True))
+        loss = sum(sums[t][0] / sums[t][1] for t in trainer.task.loss_terms)
+    return float(tf.linalg.global_norm(tape.gradient(loss, trainer.model.trainable_variables)))
 
 
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -74,13 +86,19 @@ first = next(iter(mirrored.distribute_datasets_from_function(dataset_fn)))
 parts = [p.numpy() for p in mirrored.experimental_local_results(first["input_ids"])]
 np.testing.assert_array_equal(np.concatenate(parts), examples["input_ids"][:GLOBAL])
 
-one_start, one_end, one_losses = run(tf.distribute.get_strategy(), OUT + "/default")
-two_start, two_end, two_losses = run(mirrored, OUT + "/mirrored", initial=one_start)
-start_diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, two_start))
-diff = max(float(np.max(np.abs(a - b))) for a, b in zip(one_end, two_end))
-moved = max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, one_end))
-print(json.dumps(dict(start_diff=start_diff, max_weight_diff=diff, max_update=moved,
-                      losses_default=one_losses, losses_mirrored=two_losses)))
+report = {}
+for optimizer, clip in CASES:
+    name = f"{optimizer}-clip{clip}"
+    one, one_start, one_end, one_losses = run(tf.distribute.get_strategy(), f"{OUT}/{name}/default", optimizer, clip)
+    _, two_start, two_end, two_losses = run(mirrored, f"{OUT}/{name}/mirrored", optimizer, clip, initial=one_start)
+    one.model.set_weights(one_start)
+    report[name] = dict(
+        start_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, two_start)),
+        max_weight_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one_end, two_end)),
+        max_update=max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, one_end)),
+        first_gradient_norm=first_gradient_norm(one),
+        losses_default=one_losses, losses_mirrored=two_losses)
+print(json.dumps(report))
 """
 
 
@@ -92,17 +110,23 @@ def _run_python(code, timeout=600, env=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("clip_norm", [1.0, 0.05], ids=["clip1", "clip0.05-active"])
-def test_mirrored_two_replicas_match_one_device(tmp_path, clip_norm):
-    code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCLIP = {clip_norm!r}\n" + MIRRORED_SCRIPT
-    m = _run_python(code)
-    print("mirrored vs default:", m)
-    assert m["start_diff"] == 0.0
-    assert m["max_update"] > 1e-3  # the weights did move
-    assert m["max_weight_diff"] < 1e-5, m
-    # The progress lines print 4 significant digits.
-    np.testing.assert_allclose(m["losses_mirrored"], m["losses_default"], rtol=2e-3)
-    assert len(m["losses_default"]) == 5
+def test_mirrored_two_replicas_match_one_device(tmp_path):
+    # AdamW (the real optimizer) and plain SGD, which unlike Adam is not invariant to
+    # the gradient's scale, so a missing or doubled cross-replica sum would show; with
+    # clip_norm 0.05 the clipping of the global (all-reduced) gradient is active.
+    cases = [("adamw", 1.0), ("sgd", None), ("sgd", 0.05)]
+    code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
+    report = _run_python(code)
+    for name, m in report.items():
+        print(f"mirrored vs default, {name}: {m}")
+    for name, m in report.items():
+        assert m["start_diff"] == 0.0, name
+        assert m["max_update"] > 1e-3, (name, m)  # the weights did move
+        assert m["max_weight_diff"] < 1e-5, (name, m)
+        assert len(m["losses_default"]) == 5
+        # The progress lines print 4 significant digits.
+        np.testing.assert_allclose(m["losses_mirrored"], m["losses_default"], rtol=2e-3, err_msg=name)
+    assert report["sgd-clip0.05"]["first_gradient_norm"] > 0.05 * 2  # clipping did act
 
 
 def _free_ports(n):

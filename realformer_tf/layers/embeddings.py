@@ -1,6 +1,8 @@
 """BERT's input embeddings: word + token type + position, then LayerNorm and dropout."""
 
 import keras
+
+from realformer_tf.layers.normalization import LayerNorm
 import tensorflow as tf
 
 
@@ -27,7 +29,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.hidden_dropout = float(hidden_dropout)
         self.initializer_range = float(initializer_range)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
         )
         self.dropout = keras.layers.Dropout(self.hidden_dropout, dtype=self.dtype_policy)

@@ -2,6 +2,8 @@
 
 import keras
 
+from realformer_tf.layers.normalization import LayerNorm
+
 from realformer_tf.layers.transformer import TransformerEncoderBlock, check_layer_norm_type
 
 
@@ -57,7 +59,7 @@ class TransformerEncoder(keras.layers.Layer):
         ]
         self.final_layer_norm = None
         if layer_norm_type != "post":
-            self.final_layer_norm = keras.layers.LayerNormalization(
+            self.final_layer_norm = LayerNorm(
                 epsilon=layer_norm_epsilon, name="final_layer_norm", dtype=self.dtype_policy
             )
 

@@ -2,6 +2,8 @@
 exact under mixed precision."""
 
 import keras
+
+from realformer_tf.layers.normalization import LayerNorm
 import tensorflow as tf
 
 from realformer_tf.layers.activations import get_activation
@@ -24,7 +26,7 @@ class MaskedLMHead(keras.layers.Layer):
         self.hidden_act = hidden_act
         self.initializer_range = float(initializer_range)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.transform_layer_norm = keras.layers.LayerNormalization(
+        self.transform_layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="transform_layer_norm", dtype=self.dtype_policy
         )
 

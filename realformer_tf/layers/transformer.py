@@ -15,6 +15,8 @@ scores (so analysis works for every variant).
 
 import keras
 
+from realformer_tf.layers.normalization import LayerNorm
+
 from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS, ResidualMultiHeadAttention
 
@@ -77,7 +79,7 @@ class _BlockBase(keras.layers.Layer):
         return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
 
     def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(
+        return LayerNorm(
             epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy
         )
 
