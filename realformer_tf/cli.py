@@ -148,6 +148,18 @@ def claim_output_dir(output_dir, config, extra=None):
             json.dump(current, f, indent=2, sort_keys=True)
 
 
+def worker_output_dir(output_dir, strategy):
+    """output_dir on the chief; a scratch folder inside it on other workers, so that
+    several workers never write the same files (results, records, checkpoints)."""
+    from realformer_tf.training import is_chief, worker_scratch_dir
+
+    if is_chief(strategy):
+        return output_dir
+    path = worker_scratch_dir(output_dir, strategy)
+    tf.io.gfile.makedirs(path)
+    return path
+
+
 def export_final_checkpoint(model, output_dir, config):
     """Writes the original-named checkpoint and its config for other BERT tools."""
     prefix = os.path.join(output_dir, "bert_model.ckpt")

@@ -12,6 +12,7 @@ whole global batch, so N replicas compute exactly what one device would.
 """
 
 import math
+import os
 import time
 
 import numpy as np
@@ -140,32 +141,32 @@ class Trainer:
         if self.optimizer is not None:
             tracked["optimizer"] = self.optimizer
         self.checkpoint = tf.train.Checkpoint(**tracked)
+        # Every worker takes part in a save, but only the chief writes to model_dir;
+        # the others write to a scratch folder of their own (TF's multi-worker rule).
+        self.is_chief = is_chief(strategy)
         self.checkpoint_manager = tf.train.CheckpointManager(
             self.checkpoint,
-            directory=model_dir,
+            directory=model_dir if self.is_chief else _worker_dir(model_dir, strategy),
             max_to_keep=max_checkpoints_to_keep,
             step_counter=self.global_step,
             checkpoint_interval=max(1, int(save_checkpoints_steps)),
-            init_fn=self._initialize_fresh_run,
         )
         self.init_message = None
 
     # -- set-up -------------------------------------------------------------------------
-    def _initialize_fresh_run(self):
-        self.init_message = self.task.initialize(self.model)
-
     def restore_or_initialize(self, weights_only=False):
-        """Restores the latest checkpoint of model_dir, or runs the task's initializer.
-        `weights_only` (prediction) leaves the optimizer state unread. Returns the
-        restored path (None for a fresh run)."""
+        """Restores the latest checkpoint of model_dir (the chief's, on every worker), or
+        runs the task's initializer. `weights_only` (prediction) leaves the optimizer
+        state unread. Returns the restored path (None for a fresh run)."""
+        path = tf.train.latest_checkpoint(self.model_dir)
         with self.strategy.scope():
-            latest = self.checkpoint_manager.latest_checkpoint
-            if (weights_only or self.optimizer is None) and latest:
+            if path is None:
+                self.init_message = self.task.initialize(self.model)
+            elif weights_only or self.optimizer is None:
                 # Prediction only: the checkpoint's optimizer slots are expected extras.
-                self.checkpoint.restore(latest).expect_partial()
-                path = latest
+                self.checkpoint.restore(path).expect_partial()
             else:
-                path = self.checkpoint_manager.restore_or_initialize()
+                self.checkpoint.restore(path).assert_existing_objects_matched()
         if path:
             logging.info("Resumed from %s at global step %d", path, int(self.global_step.numpy()))
         return path
@@ -231,8 +232,8 @@ class Trainer:
             global_step=self.global_step,
             steps_per_loop=self.steps_per_loop,
             checkpoint_manager=self.checkpoint_manager,
-            summary_dir=summary_dir,
-            summary_interval=self.steps_per_loop if summary_dir else None,
+            summary_dir=summary_dir if self.is_chief else None,
+            summary_interval=self.steps_per_loop if summary_dir and self.is_chief else None,
             train_actions=[NonFiniteCheck(self), progress],
         )
         controller.train(steps=num_train_steps)
@@ -244,7 +245,7 @@ class Trainer:
         runner = _OrbitRunner(self, None, dataset)
         controller = orbit.Controller(
             strategy=self.strategy, evaluator=runner, global_step=self.global_step,
-            eval_summary_dir=summary_dir,
+            eval_summary_dir=summary_dir if self.is_chief else None,
         )
         results = controller.evaluate(steps=num_steps)
         results = {k: float(v) for k, v in results.items()}
@@ -268,6 +269,33 @@ class Trainer:
             for k in keys:
                 collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+def is_chief(strategy):
+    """The worker that writes outputs: the only one, the `chief`, or worker 0 of a
+    cluster without a chief."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type == "chief":
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def worker_scratch_dir(output_dir, strategy):
+    """Where a non-chief worker writes what the chief writes to output_dir."""
+    resolver = strategy.cluster_resolver
+    return os.path.join(output_dir, f"tmp_{resolver.task_type}_{resolver.task_id}")
+
+
+def _worker_dir(model_dir, strategy):
+    """A non-chief worker's scratch checkpoint folder, emptied at start so that orbit's
+    Controller never restores a stale one."""
+    path = os.path.join(worker_scratch_dir(model_dir, strategy), "checkpoints")
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
+    return path
 
 
 def checkpointable_weights(model):

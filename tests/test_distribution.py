@@ -143,9 +143,8 @@ def _free_ports(n):
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_local_workers(tmp_path):
     """Two worker processes on this host train together through run_pretraining.py and
-    end with identical weights. Each worker gets its own --output_dir: the Trainer
-    writes checkpoints from every worker to --output_dir (see the report), so a shared
-    directory would have both workers write the same files."""
+    end with identical weights. They share --output_dir, as on a gs:// bucket: the chief
+    (worker 0) writes there, worker 1 into its scratch folder tmp_worker_1/ inside it."""
     import tensorflow as tf
 
     max_seq, max_pred, steps = 16, 4, 3
@@ -154,8 +153,8 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs, logs = [], []
+    out = str(tmp_path / "shared_output")
     for index in range(2):
-        out = str(tmp_path / f"worker{index}")
         args = h.flags(
             input_file=records, output_dir=out, do_train=True, do_eval=True,
             bert_config_file=config, train_batch_size=8, eval_batch_size=8, max_seq_length=max_seq,
@@ -186,17 +185,18 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
         # MultiWorkerMirroredStrategy is a CollectiveAllReduceStrategy underneath.
         assert "CollectiveAllReduceStrategy with 2 replica(s)" in text, text
 
-    readers = [tf.train.load_checkpoint(str(tmp_path / f"worker{i}" / "bert_model.ckpt")) for i in range(2)]
+    dirs = [tmp_path / "shared_output", tmp_path / "shared_output" / "tmp_worker_1"]
+    readers = [tf.train.load_checkpoint(str(d / "bert_model.ckpt")) for d in dirs]
     names = sorted(readers[0].get_variable_to_shape_map())
     assert names == sorted(readers[1].get_variable_to_shape_map())
     diff = max(float(np.max(np.abs(readers[0].get_tensor(n) - readers[1].get_tensor(n)))) for n in names)
     print(f"multi-worker max weight difference between the workers: {diff}")
     assert diff <= 1e-6
-    for i in range(2):
-        latest = tf.train.latest_checkpoint(str(tmp_path / f"worker{i}"))
+    for latest in (tf.train.latest_checkpoint(str(dirs[0])),
+                   tf.train.latest_checkpoint(str(dirs[1] / "checkpoints"))):
         reader = tf.train.load_checkpoint(latest)
         step_key = next(k for k in reader.get_variable_to_shape_map() if "global_step" in k)
         assert int(reader.get_tensor(step_key)) == steps
     # Both evaluated the same (all-reduced) metrics.
-    results = [open(tmp_path / f"worker{i}" / "eval_results.txt").read() for i in range(2)]
+    results = [open(d / "eval_results.txt").read() for d in dirs]
     assert results[0] == results[1]

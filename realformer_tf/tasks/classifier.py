@@ -110,6 +110,7 @@ def run_classifier(f):
     config = cli.load_config(f.max_seq_length)
     task_name, task = glue.get_task(f.task_name)
     strategy, float16 = cli.setup_strategy()
+    out_dir = cli.worker_output_dir(f.output_dir, strategy)  # f.output_dir on the chief
     cli.announce(config, strategy)
     print(f"task: {task_name} ({'regression' if task.is_regression else f'{len(task.labels)} labels'})", flush=True)
     for flag in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
@@ -127,7 +128,7 @@ def run_classifier(f):
 
     # Read and check every input before any training starts.
     splits = [s for s, on in (("train", f.do_train), ("dev", f.do_eval), ("test", f.do_predict)) if on]
-    data = {s: _featurize(f, task_name, task, s, tokenizer, f.output_dir) for s in splits}
+    data = {s: _featurize(f, task_name, task, s, tokenizer, out_dir) for s in splits}
 
     num_train_steps = 0
     if f.do_train:
@@ -157,16 +158,16 @@ def run_classifier(f):
         trainer.train(
             records.make_dataset_fn([data["train"][0]], spec, f.train_batch_size, True, seed=f.seed),
             num_train_steps,
-            summary_dir=os.path.join(f.output_dir, "summaries", "train"),
+            summary_dir=os.path.join(out_dir, "summaries", "train"),
         )
-        prefix = cli.export_final_checkpoint(trainer.model, f.output_dir, config)
+        prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
         print(f"Original-named checkpoint: {prefix}", flush=True)
 
     if f.do_eval:
         out = _predict(trainer, data["dev"][0], spec, f.eval_batch_size)
         results = evaluation_metrics(task, out["logits"], out["label_ids"])
         results["global_step"] = int(trainer.global_step.numpy())
-        path = os.path.join(f.output_dir, "eval_results.txt")
+        path = os.path.join(out_dir, "eval_results.txt")
         write_results(path, results)
         print(f"***** Eval results ({data['dev'][1]} examples) *****")
         for key in sorted(results):
@@ -175,7 +176,7 @@ def run_classifier(f):
 
     if f.do_predict:
         out = _predict(trainer, data["test"][0], spec, f.predict_batch_size)
-        path = os.path.join(f.output_dir, "test_results.tsv")
+        path = os.path.join(out_dir, "test_results.tsv")
         write_test_results(path, task, out["logits"])
         print(f"Wrote {len(out['logits'])} rows of predictions to {path}", flush=True)
 

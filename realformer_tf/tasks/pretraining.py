@@ -67,6 +67,7 @@ def run_pretraining(flags_):
     cli.require(f.do_train or f.do_eval, "at least one of --do_train or --do_eval must be True")
     config = cli.load_config(f.max_seq_length)
     strategy, float16 = cli.setup_strategy()
+    out_dir = cli.worker_output_dir(f.output_dir, strategy)  # f.output_dir on the chief
     cli.announce(config, strategy)
     cli.per_replica(strategy, f.train_batch_size, "train_batch_size")
     cli.per_replica(strategy, f.eval_batch_size, "eval_batch_size")
@@ -101,9 +102,9 @@ def run_pretraining(flags_):
             data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
                                  f.train_batch_size, is_training=True, seed=f.seed),
             f.num_train_steps,
-            summary_dir=os.path.join(f.output_dir, "summaries", "train"),
+            summary_dir=os.path.join(out_dir, "summaries", "train"),
         )
-        prefix = cli.export_final_checkpoint(trainer.model, f.output_dir, config)
+        prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
         print(f"Original-named checkpoint for fine-tuning: {prefix}", flush=True)
 
     if f.do_eval:
@@ -111,9 +112,9 @@ def run_pretraining(flags_):
             data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
                                  f.eval_batch_size, is_training=False, max_steps=f.max_eval_steps),
             -1,
-            summary_dir=os.path.join(f.output_dir, "summaries", "eval"),
+            summary_dir=os.path.join(out_dir, "summaries", "eval"),
         )
-        path = os.path.join(f.output_dir, "eval_results.txt")
+        path = os.path.join(out_dir, "eval_results.txt")
         write_results(path, results)
         print("***** Eval results *****")
         for key in sorted(results):

@@ -94,6 +94,7 @@ def run_squad(f):
     version = "v2.0 (with unanswerable questions)" if f.version_2_with_negative else "v1.1"
     config = cli.load_config(f.max_seq_length)
     strategy, float16 = cli.setup_strategy()
+    out_dir = cli.worker_output_dir(f.output_dir, strategy)  # f.output_dir on the chief
     cli.announce(config, strategy)
     print(f"task: SQuAD {version}", flush=True)
     if f.do_train:
@@ -128,7 +129,7 @@ def run_squad(f):
         if skipped:
             print(f"Skipped {skipped} training question(s) whose answer text could not be recovered "
                   "from the whitespace-split context (as the original does)", flush=True)
-        train_path = os.path.join(f.output_dir, "train.tf_record")
+        train_path = os.path.join(out_dir, "train.tf_record")
         num_train_features = data.write_training_features(
             examples, tokenizer, f.max_seq_length, f.doc_stride, f.max_query_length, train_path)
 
@@ -162,16 +163,16 @@ def run_squad(f):
             records.make_dataset_fn([train_path], data.feature_spec(f.max_seq_length, True),
                                     f.train_batch_size, is_training=True, seed=f.seed),
             num_train_steps,
-            summary_dir=os.path.join(f.output_dir, "summaries", "train"),
+            summary_dir=os.path.join(out_dir, "summaries", "train"),
         )
-        prefix = cli.export_final_checkpoint(trainer.model, f.output_dir, config)
+        prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
         print(f"Original-named checkpoint: {prefix}", flush=True)
 
     if f.do_predict:
-        _predict_and_evaluate(f, trainer, tokenizer, predict_file)
+        _predict_and_evaluate(f, trainer, tokenizer, predict_file, out_dir)
 
 
-def _predict_and_evaluate(f, trainer, tokenizer, predict_file):
+def _predict_and_evaluate(f, trainer, tokenizer, predict_file, out_dir):
     v2 = f.version_2_with_negative
     examples = data.read_examples(predict_file, False, v2)
     features = data.convert_examples(examples, tokenizer, f.max_seq_length, f.doc_stride,
@@ -179,7 +180,7 @@ def _predict_and_evaluate(f, trainer, tokenizer, predict_file):
     print("***** Running predictions *****\n"
           f"  Num orig examples = {len(examples)}\n  Num split examples = {len(features)}\n"
           f"  Batch size = {f.predict_batch_size}", flush=True)
-    results = predict(trainer, features, os.path.join(f.output_dir, "eval.tf_record"),
+    results = predict(trainer, features, os.path.join(out_dir, "eval.tf_record"),
                       f.max_seq_length, f.predict_batch_size)
     predictions, nbest, null_odds = data.postprocess(
         examples, features, results, f.n_best_size, f.max_answer_length, f.do_lower_case,
@@ -190,8 +191,8 @@ def _predict_and_evaluate(f, trainer, tokenizer, predict_file):
     if v2:
         written["null_odds.json"] = null_odds
     for name, records_ in written.items():
-        data.write_json(records_, os.path.join(f.output_dir, name))
-    print(f"Wrote {', '.join(written)} ({len(predictions)} questions) to {f.output_dir}", flush=True)
+        data.write_json(records_, os.path.join(out_dir, name))
+    print(f"Wrote {', '.join(written)} ({len(predictions)} questions) to {out_dir}", flush=True)
 
     if not predict_file.has_answers:
         if predict_file.num_with_gold == 0:
@@ -203,7 +204,7 @@ def _predict_and_evaluate(f, trainer, tokenizer, predict_file):
         return
     results = data.evaluate(predict_file.data, predictions, v2, null_odds if v2 else None)
     results["global_step"] = int(trainer.global_step.numpy())
-    path = os.path.join(f.output_dir, "eval_results.txt")
+    path = os.path.join(out_dir, "eval_results.txt")
     write_results(path, results)
     print("***** Eval results *****")
     for key in sorted(results):
