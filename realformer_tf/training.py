@@ -61,10 +61,17 @@ class _MetricAccumulator:
             self.counts[n].assign(0.0)
 
     def add(self, strategy, per_replica_sums):
-        for n in self.names:
-            total, count = per_replica_sums[n]
-            self.sums[n].assign_add(tf.cast(strategy.reduce("SUM", total, axis=None), tf.float64))
-            self.counts[n].assign_add(tf.cast(strategy.reduce("SUM", count, axis=None), tf.float64))
+        reduced = {
+            n: [tf.cast(strategy.reduce("SUM", x, axis=None), tf.float64) for x in per_replica_sums[n]]
+            for n in self.names
+        }
+        # A count that does not depend on the data (a static batch size) must not be added
+        # when reading the batch fails at the end of the data: gate every update on all
+        # the reduced values.
+        with tf.control_dependencies(tf.nest.flatten(reduced)):
+            for n in self.names:
+                self.sums[n].assign_add(reduced[n][0])
+                self.counts[n].assign_add(reduced[n][1])
 
     def means(self, loss_terms):
         values = {n: float(self.sums[n].numpy() / max(self.counts[n].numpy(), 1e-12)) for n in self.names}

@@ -219,3 +219,29 @@ def test_kill_9_then_resume(corpus, tmp_path):
     reader = tf.train.load_checkpoint(os.path.join(out, "bert_model.ckpt"))
     np.testing.assert_array_equal(model.masked_lm.output_bias.numpy(),
                                   reader.get_tensor("cls/predictions/output_bias"))
+
+
+def test_evaluation_to_the_end_of_the_data_counts_every_batch_once(tmp_path):
+    """Regression: orbit's run-to-exhaustion eval loop calls the step once more when the
+    data ends; a metric whose count is a static batch size (next-sentence) must not count
+    that call. Compares with a direct computation over the same 16 records."""
+    import numpy as np
+    import tensorflow as tf
+
+    from realformer_tf.data import pretraining as data
+    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.training import Trainer
+
+    config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    records = h.write_pretraining_records(tmp_path / "eval.tfrecord", 16, 16, 4)
+    trainer = Trainer(PretrainingTask(config), tf.distribute.get_strategy(), str(tmp_path / "out"))
+    results = trainer.evaluate(data.make_dataset_fn([records], 16, 4, 8, is_training=False), -1)
+
+    batch = next(iter(data.make_dataset_fn([records], 16, 4, 16, is_training=False)()))
+    logits = trainer.model(batch, training=False)["next_sentence_logits"].numpy()
+    labels = batch["next_sentence_labels"].numpy()[:, 0]
+    accuracy = float(np.mean(logits.argmax(-1) == labels))
+    log_probs = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+    loss = float(-np.mean(log_probs[np.arange(16), labels]))
+    assert results["next_sentence_accuracy"] == pytest.approx(accuracy)
+    assert results["next_sentence_loss"] == pytest.approx(loss, rel=1e-5)

@@ -1,0 +1,367 @@
+"""Attention analysis (entropy, adjacent-layer JSD, probabilities from carried scores,
+summaries, violin plots), analyze_attention.py, and the small-scale reproduction
+(experiments/reproduce.py and realformer_tf/experiments.py)."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers_data as h
+from realformer_tf import analysis, experiments, modeling
+
+PNG_HEADER = b"\x89PNG\r\n\x1a\n"
+
+
+def _uniform_over_real(mask, heads=1):
+    """[B, heads, L, L] probabilities uniform over each example's real keys."""
+    mask = np.asarray(mask, np.float64)
+    rows = mask / mask.sum(-1, keepdims=True)
+    length = mask.shape[1]
+    return np.broadcast_to(rows[:, None, None, :], (mask.shape[0], heads, length, length)).copy()
+
+
+def _softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(-1, keepdims=True)
+
+
+# -- entropy -------------------------------------------------------------------------------
+
+def test_entropy_of_uniform_over_real_keys_is_log_n():
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    probs = _uniform_over_real(mask, heads=2)
+    entropy = analysis.attention_entropy(probs, mask)
+    assert entropy.shape == (2, 8)  # heads x real query tokens (3 + 5)
+    expected = np.array([math.log(3)] * 3 + [math.log(5)] * 5)
+    np.testing.assert_allclose(entropy[0], expected, atol=1e-9)
+    np.testing.assert_allclose(entropy[1], expected, atol=1e-9)
+    bits = analysis.attention_entropy(probs, mask, base=2)
+    np.testing.assert_allclose(bits[0], expected / math.log(2), atol=1e-9)
+
+
+def test_entropy_of_one_hot_is_zero():
+    mask = np.array([[1, 1, 1, 1]])
+    probs = np.zeros([1, 3, 4, 4])
+    probs[..., 2] = 1.0
+    np.testing.assert_allclose(analysis.attention_entropy(probs, mask), 0.0, atol=1e-12)
+
+
+def test_entropy_excludes_padding_keys():
+    # Attention spread uniformly over all 6 keys, 2 of them padding: over the 4 real keys
+    # it is uniform, so log 4, not log 6.
+    mask = np.array([[1, 1, 1, 1, 0, 0]])
+    probs = np.full([1, 1, 6, 6], 1 / 6)
+    np.testing.assert_allclose(analysis.attention_entropy(probs, mask), math.log(4), atol=1e-9)
+    # Mass on a padding key does not count: one-hot over the real keys -> 0.
+    probs = np.zeros([1, 1, 6, 6])
+    probs[..., 0], probs[..., 5] = 0.5, 0.5
+    np.testing.assert_allclose(analysis.attention_entropy(probs, mask), 0.0, atol=1e-12)
+
+
+def test_entropy_excludes_padded_queries():
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, 0]])
+    probs = _uniform_over_real(mask)
+    probs[0, :, 2:, :] = np.array([1.0, 0.0, 0.0, 0.0])  # padding queries: anything
+    probs[1, :, 3, :] = 0.25
+    entropy = analysis.attention_entropy(probs, mask)
+    assert entropy.shape == (1, 5)
+    np.testing.assert_allclose(entropy[0], [math.log(2)] * 2 + [math.log(3)] * 3, atol=1e-9)
+    # Works without a head axis too.
+    assert analysis.attention_entropy(probs[:, 0], mask).shape == (5,)
+
+
+# -- Jensen-Shannon --------------------------------------------------------------------------
+
+def test_jsd_identical_disjoint_symmetric():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(7), size=(3, 5))
+    q = rng.dirichlet(np.ones(7), size=(3, 5))
+    np.testing.assert_allclose(analysis.jensen_shannon(p, p), 0.0, atol=1e-12)
+    np.testing.assert_allclose(analysis.jensen_shannon(p, q), analysis.jensen_shannon(q, p), atol=1e-12)
+    one_hot_a, one_hot_b = np.eye(4)[0], np.eye(4)[3]
+    assert analysis.jensen_shannon(one_hot_a, one_hot_b) == pytest.approx(1.0, abs=1e-12)
+    values = analysis.jensen_shannon(p, q)
+    assert values.shape == (3, 5) and np.all((values >= 0) & (values <= 1))
+
+
+def test_jsd_matches_scipy_and_is_safe_with_zeros():
+    from scipy.spatial import distance
+
+    p = np.array([0.5, 0.5, 0.0, 0.0])
+    q = np.array([0.0, 0.25, 0.25, 0.5])
+    value = analysis.jensen_shannon(p, q)
+    assert np.isfinite(value)
+    # scipy returns the Jensen-Shannon *distance*, the square root of the divergence.
+    assert value == pytest.approx(distance.jensenshannon(p, q, base=2) ** 2, abs=1e-12)
+
+
+# -- probabilities from the carried scores ----------------------------------------------------
+
+def _model_and_batch(**config):
+    cfg = h.tiny_config(num_hidden_layers=3, attention_probs_dropout_prob=0.0, **config)
+    model = modeling.BertModel(cfg)
+    batch = h.fixed_pretraining_batch(4, 10, 3, seed=3)
+    features = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+    return cfg, model, features
+
+
+@pytest.mark.parametrize("running_mean", [False, True])
+def test_attention_probabilities_match_direct_softmax(running_mean):
+    cfg, model, features = _model_and_batch(residual_attention=True, use_running_mean=running_mean)
+    scores = model(features, training=False)["attention_scores"]
+    probs = analysis.attention_probabilities(cfg, scores, features["input_mask"])
+    bias = (1.0 - features["input_mask"][:, None, None, :]) * -10000.0
+    for layer, (s, p) in enumerate(zip(scores, probs)):
+        divisor = layer + 1 if running_mean else 1
+        np.testing.assert_allclose(p, _softmax(s.numpy().astype(np.float64) / divisor + bias), atol=1e-6)
+        # ... which is what the layer itself feeds its softmax.
+        own = model.encoder.blocks[layer].attention.attention_logits(s).numpy()
+        np.testing.assert_allclose(p, _softmax(own + bias), atol=1e-6)
+        np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-5)
+        padding_keys = np.broadcast_to(features["input_mask"][:, None, None, :] == 0, p.shape)
+        assert np.all(p[padding_keys] < 1e-30)
+    if running_mean:
+        # The division matters from the second layer on (the carried sum grows).
+        plain = _softmax(scores[2].numpy() + bias)
+        assert not np.allclose(probs[2], plain, atol=1e-7)
+
+
+def test_running_mean_ignored_without_residual_attention():
+    # The model only uses the running mean with residual attention on (layers return
+    # their own scores otherwise), and so does the reconstruction.
+    cfg, model, features = _model_and_batch(residual_attention=False, use_running_mean=True)
+    scores = model(features, training=False)["attention_scores"]
+    probs = analysis.attention_probabilities(cfg, scores, features["input_mask"])
+    bias = (1.0 - features["input_mask"][:, None, None, :]) * -10000.0
+    np.testing.assert_allclose(probs[2], _softmax(scores[2].numpy() + bias), atol=1e-6)
+
+
+# -- collection, summaries, plots -------------------------------------------------------------
+
+def test_collect_statistics_over_real_tokens():
+    cfg, model, features = _model_and_batch(residual_attention=True)
+    dataset = tf.data.Dataset.from_tensor_slices(features).batch(3)  # batches of 3 and 1
+    stats = analysis.collect_statistics(model, dataset, num_examples=3, label="rf")
+    mask = features["input_mask"][:3]
+    n_real = int(mask.sum())
+    assert (stats.num_examples, stats.num_layers, stats.num_heads, stats.num_tokens) == (3, 3, 2, n_real)
+    assert stats.jsd.shape == (2, 2, n_real)
+    assert stats.label == "rf" and stats.entropy_unit == "nats"
+
+    scores = model({k: v[:3] for k, v in features.items()}, training=False)["attention_scores"]
+    probs = analysis.attention_probabilities(cfg, scores, mask)
+    for layer in range(3):
+        np.testing.assert_allclose(stats.entropy[layer], analysis.attention_entropy(probs[layer], mask),
+                                   atol=1e-4)
+    for layer in range(2):
+        per_query = analysis.jensen_shannon(probs[layer], probs[layer + 1])  # [B, H, L]
+        expected = np.moveaxis(per_query, 0, -2)[..., mask.astype(bool)]
+        np.testing.assert_allclose(stats.jsd[layer], expected, atol=1e-4)
+
+    everything = analysis.collect_statistics(model, dataset, num_examples=100)
+    assert everything.num_examples == 4  # the data ran out first
+    assert everything.num_tokens == int(features["input_mask"].sum())
+
+
+def _fake_stats(label, layers=3, heads=4, tokens=500, seed=0):
+    rng = np.random.default_rng(seed)
+    return analysis.AttentionStatistics(
+        entropy=rng.gamma(2.0, 0.8, size=(layers, heads, tokens)).astype(np.float32),
+        jsd=rng.beta(2.0, 5.0, size=(layers - 1, heads, tokens)).astype(np.float32),
+        num_examples=10, label=label, description=f"{label} model")
+
+
+def test_summarize_is_json_and_exact():
+    stats = _fake_stats("a")
+    summary = json.loads(json.dumps(analysis.summarize(stats)))
+    assert summary["num_tokens"] == 500 and summary["entropy_unit"] == "nats"
+    layer1 = summary["entropy"]["per_layer"][1]
+    assert layer1["layer"] == 1
+    assert layer1["median"] == pytest.approx(float(np.median(stats.entropy[1])), rel=1e-6)
+    assert layer1["q1"] == pytest.approx(float(np.percentile(stats.entropy[1], 25)), rel=1e-6)
+    assert layer1["mean"] == pytest.approx(float(stats.entropy[1].mean()), rel=1e-5)
+    head = summary["jsd"]["per_head"][0][3]
+    assert head["head"] == 3 and head["q3"] == pytest.approx(float(np.percentile(stats.jsd[0, 3], 75)), rel=1e-6)
+    assert len(summary["jsd"]["per_layer"]) == 2
+
+
+def test_plots_are_written(tmp_path):
+    stats = [_fake_stats("Post-LN", seed=1), _fake_stats("RealFormer", seed=2)]
+    paths = [
+        analysis.plot_entropy(stats, str(tmp_path / "entropy.png")),
+        analysis.plot_jsd(stats, str(tmp_path / "jsd.png")),
+        analysis.plot_entropy(stats, str(tmp_path / "entropy_heads.png"), per_head=True),
+        analysis.plot_jsd(stats[0], str(tmp_path / "jsd_heads.png"), per_head=True),
+        # degenerate data: one layer (no JSD), constant values
+        analysis.plot_jsd(_fake_stats("one", layers=1), str(tmp_path / "none.png"), per_head=True),
+    ]
+    const = analysis.AttentionStatistics(np.zeros([2, 1, 3], np.float32), np.zeros([1, 1, 3], np.float32), 1, "c")
+    paths.append(analysis.plot_entropy(const, str(tmp_path / "const.png")))
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        assert data.startswith(PNG_HEADER) and len(data) > 2000, path
+
+
+def test_text_examples(tmp_path):
+    vocab = h.write_vocab(tmp_path / "vocab.txt")
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sees the book.\n\nthe dog " + "reads " * 20 + "\n")
+    ex = analysis.text_examples(str(text), vocab, max_seq_length=8)
+    tokens = [line.strip() for line in open(vocab)]
+    ids = {t: i for i, t in enumerate(tokens)}
+    first = [ids[t] for t in ("[CLS]", "the", "cat", "sees", "the", "book", ".", "[SEP]")]
+    assert ex["input_ids"].shape == (2, 8)
+    assert ex["input_ids"][0].tolist() == first and ex["input_mask"][0].tolist() == [1] * 8
+    assert ex["input_ids"][1, 0] == ids["[CLS]"] and ex["input_ids"][1, 7] == ids["[SEP]"]  # truncated
+    short = analysis.text_examples(str(text), vocab, max_seq_length=12)
+    assert short["input_mask"][0].tolist() == [1] * 8 + [0] * 4 and short["input_ids"][0, 8:].tolist() == [0] * 4
+    from realformer_tf.data.records import InputError
+
+    with pytest.raises(InputError, match="does not exist"):
+        analysis.text_examples(str(tmp_path / "missing.txt"), vocab, 8)
+
+
+# -- the reproduction's library -------------------------------------------------------------
+
+def test_variant_configs():
+    expected = {
+        "post": (False, False, "post"), "pre": (False, False, "pre"),
+        "realformer": (True, False, "post"), "realformer_mean": (True, True, "post"),
+        "normformer": (False, False, "normformer"), "realformer_normformer": (True, False, "normformer"),
+    }
+    assert set(experiments.VARIANTS) == set(expected)
+    for name, (residual, mean, norm) in expected.items():
+        cfg = modeling.BertConfig(**experiments.model_config(name, "small", 30522, 128))
+        assert (cfg.residual_attention, cfg.use_running_mean, cfg.layer_norm_type) == (residual, mean, norm)
+        assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads) == (4, 256, 4)
+    assert experiments.parse_variants("all") == list(experiments.VARIANTS)
+    with pytest.raises(ValueError, match="unknown variant"):
+        experiments.parse_variants("post,nope")
+
+
+def test_split_documents():
+    text = "\n\n".join(f"doc {i} line a\ndoc {i} line b" for i in range(10)) + "\n"
+    train, held_out = experiments.split_documents(text, eval_every=5)
+    assert "doc 4 line a\ndoc 4 line b" in held_out and "doc 9 line b" in held_out
+    assert "doc 4" not in train and train.count("line a") == 8
+    with pytest.raises(ValueError, match="two documents"):
+        experiments.split_documents("only one\ndocument\n", 5)
+
+
+def test_read_scalars_and_reuse_detection(tmp_path):
+    budget = experiments.BUDGETS["toy"]
+    repro = experiments.Reproduction(str(tmp_path), ["post", "realformer"], [1e-3, 1e-2], budget,
+                                     "train", "eval", 48, probe_variants=["post"])
+    assert repro.plan() == [("post", 1e-3), ("realformer", 1e-3), ("post", 1e-2)]
+    done = repro.run_dir("post", 1e-3)
+    os.makedirs(done)
+    with open(os.path.join(done, "eval_results.txt"), "w") as f:
+        f.write(f"global_step = {budget.num_train_steps}\nloss = 4.0\nmasked_lm_accuracy = 0.25\n"
+                "masked_lm_loss = 3.5\nnext_sentence_accuracy = 0.5\n")
+    result = repro.existing("post", 1e-3)
+    assert result.status == "done" and result.results["masked_lm_accuracy"] == 0.25
+    diverged = repro.run_dir("post", 1e-2)
+    os.makedirs(diverged)
+    with open(os.path.join(diverged, "diverged.txt"), "w") as f:
+        f.write("loss became nan in the steps ending at global step 3; training stopped.\n")
+    result = repro.existing("post", 1e-2)
+    assert (result.status, result.steps) == ("diverged", 3)
+    partial = repro.run_dir("realformer", 1e-3)
+    os.makedirs(partial)
+    with open(os.path.join(partial, "eval_results.txt"), "w") as f:
+        f.write("global_step = 2\nloss = 4.0\n")  # an older, shorter run: not finished
+    assert repro.existing("realformer", 1e-3) is None
+
+    summaries = os.path.join(done, "summaries", "train")
+    writer = tf.summary.create_file_writer(summaries)
+    with writer.as_default():
+        for step, loss in ((1, 5.0), (2, 4.5), (3, 4.0)):
+            tf.summary.scalar("loss", loss, step=step)
+    writer.close()
+    assert experiments.read_scalars(summaries)["loss"] == [(1, 5.0), (2, 4.5), (3, 4.0)]
+    assert experiments.read_scalars(str(tmp_path / "missing")) == {}
+
+
+# -- scripts (subprocesses) -------------------------------------------------------------------
+
+def _check(proc, what):
+    assert proc.returncode == 0, f"{what} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+
+
+@pytest.mark.slow
+def test_analyze_attention_script(tmp_path):
+    vocab = h.write_vocab(tmp_path / "vocab.txt")
+    text = h.write_text(tmp_path / "text.txt", num_docs=2, sentences_per_doc=6)
+    prefixes = []
+    for name, residual in (("post", False), ("realformer", True)):
+        cfg = h.tiny_config(residual_attention=residual)
+        model = modeling.BertModel(cfg)
+        os.makedirs(tmp_path / name)
+        prefixes.append(model.save_bert_checkpoint(str(tmp_path / name / "bert_model.ckpt")))
+        cfg.to_json_file(str(tmp_path / name / "bert_config.json"))
+    out = tmp_path / "out"
+    proc = h.run_script("analyze_attention.py", *h.flags(
+        checkpoints=f"{prefixes[0]},{tmp_path / 'realformer'}", labels="Post-LN,RealFormer",
+        text_file=text, vocab_file=vocab, max_seq_length=16, num_examples=5, batch_size=2,
+        output_dir=out))
+    _check(proc, "analyze_attention.py")
+    summary = json.load(open(out / "attention_summary.json"))
+    assert [c["label"] for c in summary["checkpoints"]] == ["Post-LN", "RealFormer"]
+    assert all(c["num_examples"] == 5 and c["num_layers"] == 2 for c in summary["checkpoints"])
+    for name in ("entropy.png", "jsd.png", "entropy_heads.png", "jsd_heads.png"):
+        assert (out / name).read_bytes().startswith(PNG_HEADER)
+
+    no_input = h.run_script("analyze_attention.py", *h.flags(
+        checkpoints=prefixes[0], input_file=str(tmp_path / "x.tfrecord"), output_dir=out))
+    assert no_input.returncode == 1 and "error:" in no_input.stderr and "x.tfrecord" in no_input.stderr
+    no_checkpoint = h.run_script("analyze_attention.py", *h.flags(
+        checkpoints=str(tmp_path / "nowhere" / "bert_model.ckpt"), text_file=text, vocab_file=vocab,
+        output_dir=out))
+    assert no_checkpoint.returncode == 1 and "no checkpoint at" in no_checkpoint.stderr
+    assert "nowhere" in no_checkpoint.stderr
+    no_config = h.run_script("analyze_attention.py", *h.flags(
+        checkpoints=prefixes[0], bert_config_files=str(tmp_path / "none.json"), text_file=text,
+        vocab_file=vocab, output_dir=out))
+    assert no_config.returncode == 1 and "none.json does not exist" in no_config.stderr
+
+
+@pytest.mark.slow
+def test_reproduce_toy_end_to_end(tmp_path):
+    vocab = h.write_vocab(tmp_path / "vocab.txt")
+    train = h.write_pretraining_records(tmp_path / "train.tfrecord", 32, 32, 5)
+    held_out = h.write_pretraining_records(tmp_path / "eval.tfrecord", 16, 32, 5, seed=1)
+    out = tmp_path / "out"
+    args = h.flags(budget="toy", output_dir=out, variants="post,realformer", probe_variants="post",
+                   high_learning_rate=1e9, train_input_file=train, eval_input_file=held_out,
+                   vocab_file=vocab)
+    proc = h.run_script("experiments/reproduce.py", *args)
+    _check(proc, "reproduce.py")
+    assert "[3/3 post lr=1e+09]" in proc.stdout and "ETA" in proc.stdout
+    report = (out / "results.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| Post-LN") or line.startswith("| RealFormer")]
+    table = rows[:3]
+    assert len(table) == 3, report
+    assert table[0].startswith("| Post-LN (vanilla BERT) | 0.001 |") and "| 5 |" in table[0]
+    assert table[1].startswith("| RealFormer (Post-LN + residual attention) | 0.001 |")
+    assert "| 1e+09 | diverged | diverged |" in table[2]
+    assert "| Post-LN (vanilla BERT) | " in report.split("stability probe")[1] and "| diverged |" in report
+    for run in ("post_lr0.001", "realformer_lr0.001"):
+        results = experiments.read_eval_results(str(out / run / "eval_results.txt"))
+        assert results["global_step"] == 5 and 0 <= results["masked_lm_accuracy"] <= 1
+        assert (out / run / "bert_model.ckpt.index").exists()
+    for name in ("learning_curves.png", "entropy.png", "jsd.png", "entropy_heads.png", "jsd_heads.png"):
+        assert (out / name).read_bytes().startswith(PNG_HEADER), name
+    summary = json.load(open(out / "attention_summary.json"))
+    assert len(summary["checkpoints"]) == 2
+    assert json.load(open(out / "results.json"))["runs"][2]["status"] == "diverged"
+
+    # A rerun reuses every finished (or diverged) run.
+    again = h.run_script("experiments/reproduce.py", *args, "--noanalysis")
+    _check(again, "reproduce.py rerun")
+    assert again.stdout.count("reusing the finished run") == 3
