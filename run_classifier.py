@@ -16,7 +16,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli
+from realformer_tf import cli, export
+from realformer_tf.data import glue
 from realformer_tf.tasks.classifier import run_classifier
 
 flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).")
@@ -30,12 +31,23 @@ flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
 flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
 flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
 flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear learning rate warmup.")
+flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
+                    "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
 cli.define_model_flags()
 
 
 def main(argv):
     del argv
-    run_classifier(flags.FLAGS)
+    f = flags.FLAGS
+    trainer = run_classifier(f)
+    if f.export_dir and trainer.is_chief:
+        _, task = glue.get_task(f.task_name)
+        path = export.export_trained(
+            f.export_dir, f.output_dir, bert_config=cli.load_config(f.max_seq_length), task="classifier",
+            vocab_file=f.vocab_file, do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
+            label_names=None if task.is_regression else list(task.labels), is_regression=task.is_regression,
+        )
+        print(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli
+from realformer_tf import cli, export
 from realformer_tf.tasks.squad import run_squad
 
 flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
@@ -54,13 +54,23 @@ flags.DEFINE_bool("version_2_with_negative", False,
                   "If true, the SQuAD examples contain some that do not have an answer.")
 flags.DEFINE_float("null_score_diff_threshold", 0.0,
                    "If null_score - best_non_null is greater than the threshold predict null.")
+flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
+                    "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
 cli.define_model_flags()
 flags.FLAGS.set_default("max_seq_length", 384)
 
 
 def main(argv):
     del argv
-    run_squad(flags.FLAGS)
+    f = flags.FLAGS
+    trainer = run_squad(f)
+    if f.export_dir and trainer.is_chief:
+        path = export.export_trained(
+            f.export_dir, f.output_dir, bert_config=cli.load_config(f.max_seq_length), task="squad",
+            vocab_file=f.vocab_file, do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
+            max_query_length=f.max_query_length,
+        )
+        print(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task='squad')}", flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
         label_names=["0", "1"], max_seq_length=128)
     # -> exports/mrpc/1  (the next free integer version; TF Serving's layout)
 
-The SavedModel is a plain `tf.Module` written by `tf.saved_model.save`: it needs no
+The SavedModel is a plain `tf.Module` written by `tf.saved_model.save` (the weights as
+`tf.Variable`s, the vocab asset and lookup table, the signature functions): it needs no
 custom objects and loads without this package (`tf.saved_model.load(path)` after
 `import tensorflow_text`, which registers the tokenizer ops). Signatures:
 
@@ -41,8 +42,8 @@ only on ASCII whitespace, and caps words at 100 bytes instead of 400 characters;
 measured over all code points: 9407 differ in lower-casing alone). We use its building
 blocks (`regex_split`, `normalize_utf8`, `WordpieceTokenizer`) and core string ops with
 the original rules; over every Unicode code point the result equals `FullTokenizer`
-except for characters that are new in Unicode 14/15, where Python's `unicodedata`
-and TensorFlow's ICU/RE2 tables disagree.
+(Python 3.11) except for 125 code points (30 cased) added in Unicode 14 or later, where
+Python's `unicodedata` and TensorFlow's ICU/RE2 tables disagree.
 
 Serving: the graph uses three tensorflow-text ops — RegexSplitWithOffsets, NormalizeUTF8
 and WordpieceTokenizeWithOffsets — besides core TensorFlow ops. The TF Serving
@@ -52,16 +53,21 @@ in tensorflow_serving/model_servers/BUILD), and these three are old ops, so a st
 run against a model server here. Other runtimes (the TF C API, Triton's TF backend) need
 the tensorflow-text ops library loaded.
 
-Keras 3 also exports SavedModels (`model.export(path, format="tf_saved_model")`,
-`keras.export.ExportArchive`); that route serves tensors only, so the raw-text
-signatures here are built on a `tf.Module` that holds the Keras model.
+Keras 3 exports SavedModels too (`model.export(path, format="tf_saved_model")`, or
+`keras.export.ExportArchive` with `track(model)` + `add_endpoint(...)`); that is enough
+for a token-id endpoint alone. The raw-text signatures need the vocab asset and lookup
+table next to the model, so the export here saves a plain `tf.Module` the way
+ExportArchive does (the `tf.Variable`s the functions read, not the Keras objects; see
+`ServingFunctions`), with the same result for `serve_token_ids`.
 """
 
 import datetime
 import json
 import os
 import re
+import shlex
 import shutil
+import sys
 import tempfile
 import uuid
 
@@ -116,7 +122,26 @@ def basic_tokenize(texts, do_lower_case):
         texts = tf.strings.lower(texts, encoding="utf-8")
         texts = tf_text.normalize_utf8(texts, "NFD")
         texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-    return tf_text.regex_split(texts, _DELIMITERS, _KEPT_DELIMITERS)
+    return _regex_split(texts, _DELIMITERS, _KEPT_DELIMITERS)
+
+
+def _regex_split(texts, delimiters, kept_delimiters):
+    """tf_text.regex_split of a string [B] -> ragged [B, (W)].
+
+    Calls the op (RegexSplitWithOffsets) directly where the package exposes it: the
+    public wrapper validates three ragged results with assert ops, which makes tracing
+    (and so export) several times slower for the same computation.
+    """
+    try:
+        from tensorflow_text.python.ops.regex_split_ops import gen_regex_split_ops as op
+    except ImportError:  # pragma: no cover (another tensorflow-text layout)
+        op = None
+    if op is None:
+        return tf_text.regex_split(texts, delimiters, kept_delimiters)
+    words, _, _, row_splits = op.regex_split_with_offsets(
+        input=texts, delim_regex_pattern=f"({delimiters})".encode(),
+        keep_delim_regex_pattern=f"({kept_delimiters})".encode())
+    return tf.RaggedTensor.from_row_splits(words, row_splits, validate=False)
 
 
 def longest_first_lengths(len_a, len_b, budget):
@@ -136,27 +161,14 @@ def longest_first_lengths(len_a, len_b, budget):
     return tf.where(fits, len_a, a), tf.where(fits, len_b, b)
 
 
-def _take_first(tokens, lengths):
-    """Keeps the first lengths[i] items of row i of a ragged [B, (T)] tensor."""
-    positions = tf.ragged.range(tokens.row_lengths())
-    return tf.ragged.boolean_mask(tokens, positions < tf.expand_dims(lengths, 1))
-
-
-def _filled_like(tokens, value):
-    return tf.ragged.map_flat_values(lambda t: tf.fill(tf.shape(t), value), tokens)
-
-
-def _column(batch_size, value, present=None):
-    """A ragged [B, (0 or 1)] column of `value` (where `present`, else empty)."""
-    lengths = tf.ones([batch_size], tf.int64) if present is None else tf.cast(present, tf.int64)
-    return tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(lengths)], value), lengths)
-
-
 class BertTextEncoder(tf.Module):
     """Raw text -> BERT inputs, as the training scripts build them, in the graph.
 
-    `tokenize(texts)` gives the WordPieces of each string (ragged); `encode(a, b)` the
-    padded `input_ids` / `input_mask` / `segment_ids` int32 [B, L] and `tokens` [B, L].
+    `tokenize(texts)` gives the WordPieces of each string (ragged [B, (T)]);
+    `encode(text_a, text_b)` the padded `input_ids`, `input_mask`, `segment_ids` int32
+    [B, L] and the `tokens` string [B, L]. Built from flat tensors and index arithmetic
+    rather than ragged concatenation: the same result with a fraction of the ops, which
+    keeps tracing and export fast.
     """
 
     def __init__(self, vocab_asset_path, do_lower_case, max_seq_length, pair_truncation="longest_first",
@@ -177,72 +189,90 @@ class BertTextEncoder(tf.Module):
         # hit: every WordPiece is in the vocab or is [UNK]).
         self.vocab_table = tf.lookup.StaticVocabularyTable(initializer, num_oov_buckets=1)
         # max_bytes_per_word large enough never to apply: the 400-character rule of the
-        # original is applied on characters before WordPiece (see tokenize).
+        # original is applied on characters before WordPiece (see _pieces).
         self._wordpiece = tf_text.WordpieceTokenizer(
             self.vocab_table, suffix_indicator="##", max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
             token_out_type=tf.string, unknown_token=UNK)
 
-    def tokenize(self, texts):
-        """string [B] -> ragged string [B, (T)]: FullTokenizer.tokenize per string."""
+    def _pieces(self, texts):
+        """string [B] -> (WordPieces, flat [N], row_splits [B+1])."""
         words = basic_tokenize(texts, self.do_lower_case)
-        # A word of more than 400 characters is one [UNK]; [UNK] is in the vocab, so
+        flat_words = words.flat_values
+        # A word of more than 400 characters is one [UNK]. [UNK] is in the vocab, so
         # WordPiece maps the word "[UNK]" to itself (no real word contains brackets:
         # they are punctuation and split off).
-        words = tf.ragged.map_flat_values(
-            lambda w: tf.where(tf.strings.length(w, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD, UNK, w),
-            words)
-        pieces = self._wordpiece.tokenize(words)  # [B, (W), (P)]
-        return pieces.merge_dims(1, 2)
+        flat_words = tf.where(
+            tf.strings.length(flat_words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD, UNK, flat_words)
+        pieces = self._wordpiece.tokenize(flat_words)  # [N words, (P)]
+        return pieces.flat_values, tf.gather(pieces.row_splits, words.row_splits)
 
-    def _truncate(self, tokens_a, tokens_b):
-        len_a, len_b = tokens_a.row_lengths(), tokens_b.row_lengths()
+    def tokenize(self, texts):
+        """string [B] -> ragged string [B, (T)]: FullTokenizer.tokenize of each string."""
+        values, splits = self._pieces(texts)
+        return tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+
+    def _kept_lengths(self, len_a, len_b):
         if self.pair_truncation == "squad":
             # squad_lib: query[:max_query_length]; the doc gets max_seq_length - len - 3.
             keep_a = tf.minimum(len_a, self.max_query_length)
             keep_b = tf.minimum(len_b, self.max_seq_length - 3 - keep_a)
-            has_b = tf.ones_like(len_b, tf.bool)
-        else:
-            # convert_single_example: a pair iff text_b has WordPieces; budget max-3 for
-            # pairs (_truncate_seq_pair), max-2 for singles; a pair whose b is truncated
-            # away ends after the first [SEP], as there.
-            budget = tf.where(len_b > 0, self.max_seq_length - 3, self.max_seq_length - 2)
-            keep_a, keep_b = longest_first_lengths(len_a, len_b, budget)
-            has_b = keep_b > 0
-        return _take_first(tokens_a, keep_a), _take_first(tokens_b, keep_b), has_b
+            return keep_a, keep_b, tf.ones_like(keep_b)
+        # convert_single_example: a pair iff text_b has WordPieces; budget max-3 for pairs
+        # (_truncate_seq_pair), max-2 for singles; a pair whose b is truncated away ends
+        # after the first [SEP], as there.
+        budget = tf.where(len_b > 0, self.max_seq_length - 3, self.max_seq_length - 2)
+        keep_a, keep_b = longest_first_lengths(len_a, len_b, budget)
+        return keep_a, keep_b, tf.cast(keep_b > 0, tf.int64)
 
     def encode(self, text_a, text_b=None):
-        tokens_a = self.tokenize(text_a)
-        batch_size = tf.shape(text_a, out_type=tf.int64)[0]
         if text_b is None:
             text_b = tf.fill(tf.shape(text_a), "")
-        tokens_b = self.tokenize(text_b)
-        tokens_a, tokens_b, has_b = self._truncate(tokens_a, tokens_b)
-        first = tf.concat([_column(batch_size, CLS), tokens_a, _column(batch_size, SEP)], axis=1)
-        second = tf.concat([tokens_b, _column(batch_size, SEP, has_b)], axis=1)
-        tokens = tf.concat([first, second], axis=1)
-        segments = tf.concat([_filled_like(first, 0), _filled_like(second, 1)], axis=1)
-        ids = tf.ragged.map_flat_values(self.vocab_table.lookup, tokens)
-        length = self.max_seq_length if self.pad_to_max_seq_length else None
-        shape = [None, length]
+        values_a, splits_a = self._pieces(text_a)
+        values_b, splits_b = self._pieces(text_b)
+        keep_a, keep_b, sep_b = self._kept_lengths(splits_a[1:] - splits_a[:-1], splits_b[1:] - splits_b[:-1])
+        # Row i: [CLS] a[:keep_a] [SEP] b[:keep_b] ([SEP] if sep_b), then padding.
+        lengths = 2 + keep_a + keep_b + sep_b
+        width = self.max_seq_length if self.pad_to_max_seq_length else tf.reduce_max(
+            tf.concat([lengths, [0]], 0))
+        j = tf.range(width, dtype=tf.int64)[tf.newaxis, :]  # [1, L]
+        start_b = (keep_a + 2)[:, tf.newaxis]
+        end_b = start_b + keep_b[:, tf.newaxis]
+        in_a = (j >= 1) & (j <= keep_a[:, tf.newaxis])
+        in_b = (j >= start_b) & (j < end_b)
+        is_sep = (j == keep_a[:, tf.newaxis] + 1) | ((j == end_b) & (sep_b[:, tf.newaxis] > 0))
+        real = j < lengths[:, tf.newaxis]
+        # One flat table of every piece plus the three specials; gather by index.
+        table = tf.concat([values_a, values_b, [CLS, SEP, ""]], 0)
+        n_a, n_b = tf.size(values_a, tf.int64), tf.size(values_b, tf.int64)
+        index = tf.fill(tf.shape(in_a), n_a + n_b + 2)  # padding: ""
+        index = tf.where(in_a, splits_a[:-1, tf.newaxis] + j - 1, index)
+        index = tf.where(in_b, n_a + splits_b[:-1, tf.newaxis] + j - start_b, index)
+        index = tf.where(is_sep, n_a + n_b + 1, index)
+        index = tf.where(j == 0, n_a + n_b, index)
+        tokens = tf.gather(table, index)
+        ids = tf.where(real, self.vocab_table.lookup(tokens), 0)
         return {
-            "input_ids": tf.cast(ids.to_tensor(0, shape=shape), tf.int32),
-            "input_mask": tf.cast(_filled_like(tokens, 1).to_tensor(0, shape=shape), tf.int32),
-            "segment_ids": tf.cast(segments.to_tensor(0, shape=shape), tf.int32),
-            "tokens": tokens.to_tensor("", shape=shape),
+            "input_ids": tf.cast(ids, tf.int32),
+            "input_mask": tf.cast(real, tf.int32),
+            "segment_ids": tf.cast((j >= start_b) & real, tf.int32),
+            "tokens": tokens,
         }
 
 
 # -- the serving module ------------------------------------------------------------------
-_TEXT = tf.TensorSpec([None], tf.string)
-_IDS = tf.TensorSpec([None, None], tf.int32)
+class ServingFunctions:
+    """The serving functions of a Keras task model and a `BertTextEncoder`.
 
-
-class BertServingModule(tf.Module):
-    """What the SavedModel holds: the Keras model, the text encoder (with the vocab
-    asset) and the serving functions. Only TF objects: it loads without this package."""
+    `concrete_functions()` traces them; `saveable()` is the root object to save: the
+    text encoder (vocab asset and lookup table) and the raw `tf.Variable`s the traced
+    functions read — not the Keras model, as keras.export.ExportArchive does too. (Saving
+    a `tf.Module` that holds the Keras 3 model, or its Keras variables, gives a SavedModel
+    that TF2's `tf.saved_model.load` runs but the TF1 / C++ loader — the one TF Serving
+    and `saved_model_cli run` use — does not: "Could not find variable ..." at the first
+    call; seen with TF 2.20 / Keras 3.15.)
+    """
 
     def __init__(self, model, task, text_encoder, label_names=None, is_regression=False):
-        super().__init__(name="bert_serving")
         self.model = model
         self.text_encoder = text_encoder
         self.task = task
@@ -250,24 +280,35 @@ class BertServingModule(tf.Module):
         self.max_seq_length = text_encoder.max_seq_length
         self._label_names = None if label_names is None else [str(n) for n in label_names]
 
-        self.serve_text = tf.function(self._serve_text, input_signature=[
+        # autograph off: no Python control flow depends on tensors here.
+        self.serve_text = tf.function(self._serve_text, autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string, name="text_a"),
             tf.TensorSpec([None], tf.string, name="text_b")])
-        self.serve_text_a = tf.function(self._serve_text_a, input_signature=[
+        self.serve_text_a = tf.function(self._serve_text_a, autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string, name="text_a")])
-        self.serve_token_ids = tf.function(self._serve_token_ids, input_signature=[
+        self.serve_token_ids = tf.function(self._serve_token_ids, autograph=False, input_signature=[
             tf.TensorSpec([None, None], tf.int32, name="input_ids"),
             tf.TensorSpec([None, None], tf.int32, name="input_mask"),
             tf.TensorSpec([None, None], tf.int32, name="segment_ids")])
 
-    def signatures(self):
-        sigs = {
-            "serving_default": self.serve_text.get_concrete_function(),
-            "serve_token_ids": self.serve_token_ids.get_concrete_function(),
-        }
+    def concrete_functions(self):
+        """{signature name: concrete function}."""
+        functions = {"serving_default": self.serve_text, "serve_token_ids": self.serve_token_ids}
         if self.task != "squad":
-            sigs["serve_text_a"] = self.serve_text_a.get_concrete_function()
-        return sigs
+            functions["serve_text_a"] = self.serve_text_a
+        return {name: f.get_concrete_function() for name, f in functions.items()}
+
+    def saveable(self, concrete_functions):
+        root = tf.Module(name="bert_serving")
+        root.text_encoder = self.text_encoder
+        seen, variables = set(), []
+        for function in concrete_functions.values():
+            for v in function.variables:
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    variables.append(v)
+        root.model_variables = variables
+        return root
 
     def _run(self, features):
         outputs = self.model(
@@ -417,6 +458,17 @@ def _resolve_labels(task, num_labels, label_names, is_regression):
     return num_labels, [str(i) for i in range(num_labels)]
 
 
+def _check_lengths(config, task, max_seq_length, max_query_length):
+    if max_seq_length < 3:
+        raise ExportError(f"max_seq_length={max_seq_length} leaves no room for [CLS] text [SEP]")
+    if max_seq_length > config.max_position_embeddings:
+        raise ExportError(f"max_seq_length={max_seq_length} exceeds max_position_embeddings="
+                          f"{config.max_position_embeddings} of the bert_config")
+    if task == "squad" and not 0 < max_query_length < max_seq_length - 3:
+        raise ExportError(f"max_query_length={max_query_length} must be in [1, max_seq_length - 3), "
+                          "as in run_squad.py")
+
+
 def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_length,
                  label_names=None, is_regression=False, version=None, max_query_length=64,
                  pad_to_max_seq_length=False, extra_info=None):
@@ -430,13 +482,7 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
     if task not in TASKS:
         raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
     config = model.config
-    if max_seq_length < 3:
-        raise ExportError(f"max_seq_length={max_seq_length} leaves no room for [CLS] text [SEP]")
-    if max_seq_length > config.max_position_embeddings:
-        raise ExportError(f"max_seq_length={max_seq_length} exceeds max_position_embeddings="
-                          f"{config.max_position_embeddings} of the bert_config")
-    if task == "squad" and not 0 < max_query_length < max_seq_length - 3:
-        raise ExportError(f"max_query_length={max_query_length} must be in [1, max_seq_length - 3)")
+    _check_lengths(config, task, max_seq_length, max_query_length)
     if task == "classifier":
         if is_regression:
             if model.num_labels != 1:
@@ -454,21 +500,6 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
     tf.io.gfile.makedirs(export_dir)
     temp = os.path.join(export_dir, f"temp-{version}-{uuid.uuid4().hex[:8]}")
 
-    local = tempfile.mkdtemp(prefix="realformer_export_")
-    try:
-        vocab_path = os.path.join(local, "vocab.txt")
-        with open(vocab_path, "w", encoding="utf-8") as f:
-            f.write("".join(t + "\n" for t in tokens))
-        encoder = BertTextEncoder(
-            vocab_path, do_lower_case, max_seq_length,
-            pair_truncation="squad" if task == "squad" else "longest_first",
-            max_query_length=max_query_length if task == "squad" else None,
-            pad_to_max_seq_length=pad_to_max_seq_length)
-        module = BertServingModule(model, task, encoder, label_names, is_regression)
-        tf.saved_model.save(module, temp, signatures=module.signatures())
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
-
     info = {
         "task": task,
         "model": config.describe(),
@@ -478,16 +509,35 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
         "pad_to_max_seq_length": bool(pad_to_max_seq_length),
         "label_names": label_names,
         "is_regression": bool(is_regression),
-        "signatures": sorted(module.signatures()),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if task == "squad":
         info["max_query_length"] = int(max_query_length)
     info.update(extra_info or {})
-    tf.io.gfile.makedirs(os.path.join(temp, "assets.extra"))
-    with tf.io.gfile.GFile(os.path.join(temp, "assets.extra", EXPORT_INFO_FILE), "w") as f:
-        json.dump(info, f, indent=2, sort_keys=True)
-    tf.io.gfile.rename(temp, final)
+    local = tempfile.mkdtemp(prefix="realformer_export_")
+    try:
+        vocab_path = os.path.join(local, "vocab.txt")  # the asset keeps this basename
+        with open(vocab_path, "w", encoding="utf-8") as f:
+            f.write("".join(t + "\n" for t in tokens))
+        encoder = BertTextEncoder(
+            vocab_path, do_lower_case, max_seq_length,
+            pair_truncation="squad" if task == "squad" else "longest_first",
+            max_query_length=max_query_length if task == "squad" else None,
+            pad_to_max_seq_length=pad_to_max_seq_length)
+        serving = ServingFunctions(model, task, encoder, label_names, is_regression)
+        signatures = serving.concrete_functions()
+        tf.saved_model.save(serving.saveable(signatures), temp, signatures=signatures)
+        info["signatures"] = sorted(signatures)
+        tf.io.gfile.makedirs(os.path.join(temp, "assets.extra"))
+        with tf.io.gfile.GFile(os.path.join(temp, "assets.extra", EXPORT_INFO_FILE), "w") as f:
+            json.dump(info, f, indent=2, sort_keys=True)
+        tf.io.gfile.rename(temp, final)
+    except BaseException:
+        if tf.io.gfile.exists(temp):
+            tf.io.gfile.rmtree(temp)
+        raise
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
     return final
 
 
@@ -512,7 +562,8 @@ def export_from_checkpoint(export_dir, *, bert_config, init_checkpoint, vocab_fi
             raise ExportError(f"{prefix} has no classifier head (output_weights); export it as "
                               "task encoder, or give the fine-tuned checkpoint")
     num_labels, label_names = _resolve_labels(task, num_labels, label_names, is_regression)
-    read_vocab(vocab_file, config.vocab_size)  # fail before building the model
+    _check_lengths(config, task, max_seq_length, max_query_length)  # fail before building
+    read_vocab(vocab_file, config.vocab_size)
     model = build_model(config, task, num_labels)
     model.load_bert_checkpoint(prefix)
     return export_model(
@@ -523,14 +574,45 @@ def export_from_checkpoint(export_dir, *, bert_config, init_checkpoint, vocab_fi
         extra_info={"init_checkpoint": prefix})
 
 
-def saved_model_cli_command(path, task="classifier", text_a="the cat sees the river",
-                            text_b="a dog likes the book"):
-    """A ready-to-copy `saved_model_cli run` line for the text signature."""
-    def expr(name, value):
-        return f"{name}=[{json.dumps(value, ensure_ascii=False)}]"
+def export_trained(export_dir, output_dir, *, bert_config, task, vocab_file, do_lower_case,
+                   max_seq_length, **kwargs):
+    """The `--export_dir` hook of run_classifier.py / run_squad.py: exports the model a run
+    left in `output_dir` — its original-named `bert_model.ckpt` when training wrote one,
+    else its latest training checkpoint. Returns the version path."""
+    final = os.path.join(output_dir, "bert_model.ckpt")
+    init_checkpoint = final if tf.io.gfile.exists(final + ".index") else output_dir
+    return export_from_checkpoint(
+        export_dir, bert_config=bert_config, init_checkpoint=init_checkpoint, vocab_file=vocab_file,
+        do_lower_case=do_lower_case, task=task, max_seq_length=max_seq_length, **kwargs)
 
-    if task == "squad":
-        text_a, text_b = "What does the cat see?", "The cat sees the river."
-    exprs = ";".join([expr("text_a", text_a), expr("text_b", text_b)])
-    return (f"saved_model_cli run --dir {path} --tag_set serve --signature_def serving_default "
-            f"--input_exprs '{exprs}'")
+
+def read_export_info(path):
+    """The export's description (task, labels, config, ...) from assets.extra."""
+    with tf.io.gfile.GFile(os.path.join(path, "assets.extra", EXPORT_INFO_FILE)) as f:
+        return json.load(f)
+
+
+# `saved_model_cli run` loads the graph without importing tensorflow_text, so its ops are
+# unregistered ("Op type not registered 'NormalizeUTF8'"); this runs the same CLI with
+# them registered. (`saved_model_cli show` works as is.)
+SAVED_MODEL_CLI_WITH_TEXT_OPS = (
+    "import sys, tensorflow_text; from tensorflow.python.tools import saved_model_cli as c; "
+    'sys.argv[0] = "saved_model_cli"; c.main()')
+
+
+def saved_model_cli_command(path, task="classifier", python=None, signature="serving_default",
+                            text_a=None, text_b=None):
+    """A ready-to-copy `saved_model_cli run` line (with the tensorflow-text ops loaded)
+    for a text signature of the export at `path`."""
+    if text_a is None:
+        text_a, text_b = (("What does the cat see?", "The cat sees the river.") if task == "squad"
+                          else ("The cat sees the river.", "A dog likes the book."))
+    exprs = f"text_a={json.dumps([text_a], ensure_ascii=False)}"
+    if signature == "serving_default":
+        exprs += f";text_b={json.dumps([text_b or ''], ensure_ascii=False)}"
+    python = python or sys.executable or "python"
+    return " ".join([
+        shlex.quote(python), "-c", shlex.quote(SAVED_MODEL_CLI_WITH_TEXT_OPS), "run",
+        "--dir", shlex.quote(str(path)), "--tag_set", "serve", "--signature_def", signature,
+        "--input_exprs", shlex.quote(exprs),
+    ])

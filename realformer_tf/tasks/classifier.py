@@ -179,6 +179,7 @@ def run_classifier(f):
         path = os.path.join(out_dir, "test_results.tsv")
         write_test_results(path, task, out["logits"])
         print(f"Wrote {len(out['logits'])} rows of predictions to {path}", flush=True)
+    return trainer
 
 
 def _predict(trainer, path, spec, batch_size):

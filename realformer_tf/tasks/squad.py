@@ -170,6 +170,7 @@ def run_squad(f):
 
     if f.do_predict:
         _predict_and_evaluate(f, trainer, tokenizer, predict_file, out_dir)
+    return trainer
 
 
 def _predict_and_evaluate(f, trainer, tokenizer, predict_file, out_dir):
