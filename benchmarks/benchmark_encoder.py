@@ -134,7 +134,7 @@ def parse_args(argv=None):
 # -- models -------------------------------------------------------------------------------
 
 def split_variant(name):
-    """'normformer+fused_ln' -> ('normformer', ['fused_ln']): a variant and the
+    """'normformer+keras_ln' -> ('normformer', ['keras_ln']): a variant and the
     benchmarks/patches.py patches applied while building it."""
     base, *patch_names = name.split("+")
     return base, patch_names
@@ -203,10 +203,10 @@ def build_ours(name, shape, args, inputs):
 
     base, patch_names = split_variant(name)
     config = bert_config(shape, VARIANTS[base], args.dropout)
-    with patches.apply(patch_names):  # layers are created in __init__ and build()
-        model = modeling.BertModel(config, name="bert_" + name.replace("+", "_"))
-        model({"input_ids": inputs[0], "input_mask": inputs[1], "segment_ids": inputs[2]},
-              training=False)  # build the variables eagerly
+    model = modeling.BertModel(config, name="bert_" + name.replace("+", "_"))
+    model({"input_ids": inputs[0], "input_mask": inputs[1], "segment_ids": inputs[2]},
+          training=False)  # build the variables eagerly
+    patches.apply_to(model, patch_names)
 
     def forward(ids, mask, seg):
         out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg}, training=True)

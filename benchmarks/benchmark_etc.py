@@ -30,6 +30,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def global_len_for(impl, L, args):
+    """G = L / global_ratio, except `etc_fixed_g` (G = --fixed_global_len for every L)."""
+    if impl == "etc_fixed_g":
+        return args.fixed_global_len
+    return max(1, L // args.global_ratio)
+
+
 def score_elements(impl, L, G, heads, radius, batch=1, part="all"):
     """Attention-score elements of one layer (the carried score tensors). For ETC,
     part="local" counts only the blocked l2l part (linear in L); the rest (l2g, g2g,
@@ -48,16 +55,19 @@ def run_child(args, impl, L):
     import numpy as np
     import tensorflow as tf
 
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     sys.path.insert(0, ROOT)
     from realformer_tf.layers import GlobalLocalEncoder, TransformerEncoder
 
-    G = max(1, L // args.global_ratio)
+    G = global_len_for(impl, L, args)
     rng = np.random.default_rng(0)
     common = dict(num_layers=args.layers, num_heads=args.heads, intermediate_size=4 * args.hidden,
                   hidden_dropout=0.0, attention_dropout=0.0, residual_attention=True)
     x_long = tf.constant(rng.normal(size=(args.batch, L, args.hidden)).astype(np.float32))
     x_global = tf.constant(rng.normal(size=(args.batch, G, args.hidden)).astype(np.float32))
-    if impl == "etc":
+    if impl in ("etc", "etc_fixed_g"):
         model = GlobalLocalEncoder(local_radius=args.local_radius, relative_pos_max_distance=12,
                                    relative_vocab_size=32, **common)
         side = {"l2l_att_mask": tf.ones([args.batch, L], tf.int32)}
@@ -123,15 +133,19 @@ def fmt(v, spec):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lengths", default="512,1024,2048,4096")
-    p.add_argument("--impls", default="etc,dense")
+    p.add_argument("--impls", default="etc,dense,etc_fixed_g",
+                   help="etc: G = L/global_ratio; dense; etc_fixed_g: G = --fixed_global_len")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--local_radius", type=int, default=31, help="block_len = radius + 1 = 32")
     p.add_argument("--global_ratio", type=int, default=32, help="G = L / global_ratio")
+    p.add_argument("--fixed_global_len", type=int, default=16, help="G of the etc_fixed_g rows")
     p.add_argument("--mode", choices=("fwd_bwd", "fwd"), default="fwd_bwd")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1,
+                   help="TF intra/inter-op threads (1: steadier timings on a shared machine; 0: TF default)")
     p.add_argument("--timeout", type=float, default=150.0, help="seconds per configuration")
     p.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "etc_latest.md"))
     p.add_argument("--child", nargs=2, metavar=("IMPL", "L"), help=argparse.SUPPRESS)
@@ -144,7 +158,8 @@ def main():
     lengths = [int(x) for x in args.lengths.split(",")]
     impls = args.impls.split(",")
     passthrough = [f"--{k}={getattr(args, k)}" for k in
-                   ("layers", "hidden", "heads", "batch", "local_radius", "global_ratio", "mode", "repeats")]
+                   ("layers", "hidden", "heads", "batch", "local_radius", "global_ratio", "mode", "repeats",
+                    "threads", "fixed_global_len")]
     results, notes = {}, []
     wall0 = time.perf_counter()
     for impl in impls:
@@ -176,7 +191,8 @@ def main():
     header = (f"{args.mode} ({'forward + backward' if args.mode == 'fwd_bwd' else 'forward'}), "
               f"{args.layers} layer(s), hidden {args.hidden}, {args.heads} heads, batch {args.batch}, "
               f"local_radius {args.local_radius} (block_len {args.local_radius + 1}), "
-              f"G = L/{args.global_ratio}, relative_pos_max_distance 12 (ETC side), residual attention on")
+              f"G = L/{args.global_ratio}, relative_pos_max_distance 12 (ETC side), residual attention on, "
+              f"{args.threads or 'default'} TF thread(s)")
     rows = ["| impl | L | G | min s/step | x per doubling | median s/step | peak RSS growth MB "
             "| x per doubling | score elements/layer | x per doubling | of which local (l2l) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -185,7 +201,7 @@ def main():
         for L in lengths:
             r = results.get((impl, L))
             if r is None:
-                G = max(1, L // args.global_ratio)
+                G = global_len_for(impl, L, args)
                 rows.append(f"| {impl} | {L} | {G} | not measured | - | - | - | - | "
                             f"{score_elements(impl, L, G, args.heads, args.local_radius, args.batch):,} | - | - |")
                 prev = None
@@ -221,7 +237,8 @@ def main():
            "dominates at short lengths); score elements are exact. With G = L/global_ratio the "
            "global parts (l2g, g2g, g2l: L*G + G*(G+L) scores) grow quadratically, with a "
            "global_ratio-times smaller constant than dense; the blocked local part (last "
-           "column) is exactly linear.", ""]
+           "column) is exactly linear; the etc_fixed_g rows (G fixed) show the linear "
+           "regime of the whole layer.", ""]
     )
     print()
     print(text)
