@@ -18,6 +18,7 @@ from absl import app, flags
 
 from realformer_tf import cli, export
 from realformer_tf.data import glue
+from realformer_tf.tasks import etc_tasks
 from realformer_tf.tasks.classifier import run_classifier
 
 flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).")
@@ -34,11 +35,15 @@ flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear 
 flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
                     "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
 cli.define_model_flags()
+etc_tasks.define_etc_flags()  # --model_type=etc: ETC global-local attention
 
 
 def main(argv):
     del argv
     f = flags.FLAGS
+    if f.model_type == "etc":
+        etc_tasks.run_etc_classifier(f)
+        return
     trainer = run_classifier(f)
     if f.export_dir and trainer.is_chief:
         _, task = glue.get_task(f.task_name)

@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 from absl import app, flags
 
 from realformer_tf import cli
+from realformer_tf.tasks import etc_tasks
 from realformer_tf.tasks.pretraining import run_pretraining
 
 flags.DEFINE_string("input_file", None, "Input TF example files (can be a glob or comma separated).")
@@ -27,11 +28,15 @@ flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
 flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
 cli.define_model_flags()
+etc_tasks.define_etc_flags()  # --model_type=etc: ETC global-local attention
 
 
 def main(argv):
     del argv
-    run_pretraining(flags.FLAGS)
+    if flags.FLAGS.model_type == "etc":
+        etc_tasks.run_etc_pretraining(flags.FLAGS)
+    else:
+        run_pretraining(flags.FLAGS)
 
 
 if __name__ == "__main__":

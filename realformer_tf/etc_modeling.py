@@ -20,6 +20,7 @@ import json
 import keras
 import tensorflow as tf
 
+from realformer_tf import checkpoint as ckpt
 from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (ConfigError is public here)
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
@@ -251,8 +252,52 @@ def _as_config(config):
     return EtcConfig.from_dict(config) if isinstance(config, dict) else config
 
 
+class _EtcCheckpointIO:
+    """Name-based checkpoints of ETC models (the same TF1-style format as the BERT ones,
+    through `realformer_tf.checkpoint`). Names are the Keras weight paths under a fixed
+    root: the encoder's under `etc/` (identical in every ETC model, so a pretraining
+    checkpoint initializes a classifier), heads under their layer names (`predictions/`,
+    `seq_relationship/`, `pooler/`, `classifier/`).
+
+    `bert_checkpoint_variables` is the name the shared `Trainer` uses for its checkpoints.
+    """
+
+    _head_prefixes = ()
+
+    def _ensure_built(self):
+        if not self.built:
+            self.build()
+
+    def etc_checkpoint_variables(self, include_heads=True):
+        self._ensure_built()
+        names = {}
+        for v in self.weights:
+            rest = v.path.split("/", 1)[1]
+            name = rest if isinstance(self, _EtcWithHead) else f"etc/{rest}"
+            if include_heads or name.startswith("etc/"):
+                names[name] = v
+        if len(names) != len({id(v) for v in names.values()}):
+            raise RuntimeError(f"{type(self).__name__}: weight names are not unique")
+        return names
+
+    def bert_checkpoint_variables(self, include_heads=True):
+        return self.etc_checkpoint_variables(include_heads)
+
+    def load_etc_checkpoint(self, prefix, skip_heads=False):
+        """Loads a checkpoint written by `save_etc_checkpoint` (or a training checkpoint
+        of ours); `skip_heads` loads the encoder only. Raises CheckpointError naming any
+        missing, unexpected or mis-shaped weight."""
+        owned = ("etc/",) + (() if skip_heads else tuple(self._head_prefixes))
+        return ckpt.load_named_variables(
+            prefix, self.etc_checkpoint_variables(include_heads=not skip_heads), owned,
+            description=f"{type(self).__name__} ({self.config.describe()})")
+
+    def save_etc_checkpoint(self, prefix):
+        return ckpt.save_named_variables(prefix, self.etc_checkpoint_variables())
+
+
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class EtcModel(keras.Model):
+class EtcModel(_EtcCheckpointIO, keras.Model):
     """The ETC encoder (global-local attention) with RealFormer residual scores.
 
     Inputs: dict with `long_token_ids` [B, L] and `global_token_ids` [B, G] (0 = padding),
@@ -301,12 +346,12 @@ class EtcModel(keras.Model):
             share_att_output_projection=config.share_att_output_projection,
             name="encoder", dtype=self.dtype_policy)
 
-    def _dummy_inputs(self):
-        return {"long_token_ids": tf.ones([1, 2], tf.int32), "global_token_ids": tf.ones([1, 1], tf.int32)}
-
-    def _ensure_built(self):
-        if not self.built:
-            self(self._dummy_inputs(), training=False)
+    def build(self, input_shape=None):
+        # Explicit shapes: Keras would otherwise trace the whole call symbolically.
+        hidden = self.config.hidden_size
+        self.embeddings.build()
+        self.encoder.build((None, None, hidden), (None, None, hidden))
+        super().build(input_shape)
 
     def get_embedding_table(self):
         self._ensure_built()
@@ -364,12 +409,17 @@ class EtcModel(keras.Model):
         return cls(EtcConfig.from_dict(config["config"]), name=config.get("name", "etc"))
 
 
-class _EtcWithHead(keras.Model):
+class _EtcWithHead(_EtcCheckpointIO, keras.Model):
     def __init__(self, config, **kwargs):
         config = _as_config(config)
         super().__init__(**kwargs)
         self.config = config
         self.etc = EtcModel(config, name="etc", dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        self.etc.build()
+        self._build_head(self.config.hidden_size)
+        super().build(input_shape)
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name}
@@ -381,29 +431,55 @@ class _EtcWithHead(keras.Model):
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class EtcPretrainingModel(_EtcWithHead):
-    """ETC + a masked-LM head on the long output (weights tied to the token embeddings).
-    Extra input: `masked_lm_positions` [B, P] (long positions). Extra output:
-    `masked_lm_logits` [B, P, vocab] (float32)."""
+    """ETC + a masked-LM head on the long output (weights tied to the token embeddings)
+    and, with `next_sentence_head` (default), BERT's next-sentence head on the first
+    global token (so BERT pretraining records train it unchanged).
+    Extra input: `masked_lm_positions` [B, P] (long positions). Extra outputs:
+    `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2] (float32)."""
 
-    def __init__(self, config, **kwargs):
+    _head_prefixes = ("predictions/", "seq_relationship/")
+
+    def __init__(self, config, next_sentence_head=True, **kwargs):
         kwargs.setdefault("name", "etc_pretraining")
         super().__init__(config, **kwargs)
         cfg = self.config
+        self.next_sentence_head = bool(next_sentence_head)
         self.masked_lm = MaskedLMHead(
             cfg.vocab_size, hidden_act=cfg.hidden_act, initializer_range=cfg.initializer_range,
             layer_norm_epsilon=LAYER_NORM_EPSILON, name="predictions", dtype=self.dtype_policy)
+        self.next_sentence = None
+        if self.next_sentence_head:
+            self.next_sentence = BertLogits(2, initializer_range=cfg.initializer_range,
+                                            name="seq_relationship", dtype=self.dtype_policy)
+
+    def _build_head(self, hidden):
+        self.masked_lm.build((None, None, hidden))
+        if self.next_sentence is not None:
+            self.next_sentence.build((None, hidden))
 
     def call(self, inputs, training=None):
         outputs = dict(self.etc(inputs, training=training))
         outputs["masked_lm_logits"] = self.masked_lm(
             outputs["long_output"], inputs["masked_lm_positions"], self.etc.get_embedding_table())
+        if self.next_sentence is not None:
+            outputs["next_sentence_logits"] = self.next_sentence(outputs["global_output"][:, 0])
         return outputs
+
+    def get_config(self):
+        return dict(super().get_config(), next_sentence_head=self.next_sentence_head)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(EtcConfig.from_dict(config["config"]), name=config.get("name"),
+                   next_sentence_head=config.get("next_sentence_head", True))
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class EtcClassifierModel(_EtcWithHead):
     """ETC + classifier on the first global token (ETC's choice for long documents):
     tanh pooler, dropout, `BertLogits`. Output: `logits` [B, num_labels] (float32)."""
+
+    _head_prefixes = ("pooler/", "classifier/")
 
     def __init__(self, config, num_labels, **kwargs):
         kwargs.setdefault("name", "etc_classifier")
@@ -417,6 +493,10 @@ class EtcClassifierModel(_EtcWithHead):
         self.dropout = keras.layers.Dropout(cfg.hidden_dropout_prob, dtype=self.dtype_policy)
         self.classifier = BertLogits(self.num_labels, initializer_range=cfg.initializer_range,
                                      name="classifier", dtype=self.dtype_policy)
+
+    def _build_head(self, hidden):
+        self.pooler.build((None, hidden))
+        self.classifier.build((None, hidden))
 
     def call(self, inputs, training=None):
         outputs = self.etc(inputs, training=training)

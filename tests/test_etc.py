@@ -188,7 +188,9 @@ def assert_dense_close(label, blocked_as_dense, dense, atol):
 
 def side_inputs_np(kind, L, G, r, M, rng, hard=False):
     """Side inputs: 'none', 'padding' ([B, L] key masks + dense masks, one fully masked
-    row), or 'etc' (etc_inputs, ETC local layout and relative ids)."""
+    row), 'etc' (etc_inputs: ETC local-layout masks, g2g/l2g/g2l relative ids; the layer
+    makes the positional l2l ids) or 'etc_l2l_ids' (also l2l ids as inputs, skewed into
+    the blocked layout by the layer)."""
     if kind == "none":
         return {}
     lengths = [L, max(1, L - 3)]
@@ -208,7 +210,8 @@ def side_inputs_np(kind, L, G, r, M, rng, hard=False):
     sentence_ids = np.minimum(np.arange(L) // 3, G - 1)[None].repeat(B, 0)
     global_mask = ref.padding_mask(B, G, [G, max(1, G - 1)])
     side = etc_inputs.make_side_inputs(long_mask, global_mask, sentence_ids, r, M,
-                                       use_hard_g2l_mask=hard, use_hard_l2g_mask=hard)
+                                       use_hard_g2l_mask=hard, use_hard_l2g_mask=hard,
+                                       include_l2l_relative_ids=kind == "etc_l2l_ids")
     return {k: v.numpy() for k, v in side.items()}
 
 
@@ -225,11 +228,12 @@ def make_layer(r, M, **kwargs):
 # ===================================================================== attention tests
 ATTENTION_CASES = {
     # name: (L, G, r, M, side kind, layer kwargs, with prev scores)
-    "L7_r2_etc_inputs_rel": (7, 3, 2, 2, "etc", {}, False),
+    "L7_r2_etc_inputs_rel_l2l_ids_given": (7, 3, 2, 2, "etc_l2l_ids", {}, False),
+    "L13_r3_etc_inputs_rel": (13, 3, 3, 2, "etc", {}, False),
     "L9_r3_not_multiple_padding_fully_masked_row": (9, 2, 3, 2, "padding", {}, False),
     "L8_r3_multiple_no_masks_no_rel": (8, 3, 3, 0, "none", {}, False),
     "L5_r6_radius_beyond_length": (5, 2, 6, 3, "etc", {}, False),
-    "unshared_qkv_kv_shared_prev_scores": (10, 3, 2, 2, "etc",
+    "unshared_qkv_kv_shared_prev_scores": (10, 3, 2, 2, "etc_l2l_ids",
                                            dict(share_qkv_projections=False, share_kv_projections=True), True),
     "nothing_shared_running_mean_head_scale": (
         11, 4, 3, 2, "padding",
@@ -371,7 +375,8 @@ def test_relative_ids_and_masks_match_hand_built_tables():
     sentence_ids = np.array([[0, 0, 1, 1, 2, 2]])
     global_mask = np.array([[1, 1, 1]])
     side = {k: v.numpy() for k, v in etc_inputs.make_side_inputs(
-        long_mask, global_mask, sentence_ids, r, M).items()}
+        long_mask, global_mask, sentence_ids, r, M, include_l2l_relative_ids=True).items()}
+    assert "l2l_relative_att_ids" not in etc_inputs.make_side_inputs(long_mask, global_mask, sentence_ids, r, M)
     # Window offsets -2..2 clipped to [-1, 1], + 1.
     np.testing.assert_array_equal(side["l2l_relative_att_ids"][0], [[0, 0, 1, 2, 2]] * 6)
     np.testing.assert_array_equal(side["g2g_relative_att_ids"][0], [[1, 2, 2], [0, 1, 2], [0, 0, 1]])
@@ -547,6 +552,8 @@ def test_etc_model_trains_with_tiny_mlm_loss():
     np.put_along_axis(masked, positions, 2, axis=1)  # id 2 plays [MASK]
     inputs = dict(features, long_token_ids=tf.constant(masked), masked_lm_positions=tf.constant(positions))
     optimizer = keras.optimizers.Adam(learning_rate=1e-2)
+    model(inputs)
+    optimizer.build(model.trainable_variables)  # slots outside tf.function: one trace
 
     @tf.function
     def step():
@@ -587,7 +594,7 @@ def test_get_config_from_config_round_trip():
                   lambda l: l(xl, xg)),
         "encoder": (GlobalLocalEncoder(num_layers=2, num_heads=N, intermediate_size=I, layer_norm_type="pre",
                                        use_running_mean=True, name="gle", **non_default),
-                    lambda l: [l(xl, xg)["long_output"], l(xl, xg)["global_scores"][1]]),
+                    lambda l: [l(xl, xg)[k] for k in ("long_output", "global_output")]),
     }
     for name, (layer, call) in layers.items():
         call(layer)
@@ -660,3 +667,65 @@ def test_etc_config_defaults_validation_and_json(tmp_path):
                              relative_vocab_size=5)
     with pytest.raises(ValueError, match="local_radius must be an integer >= 1"):
         GlobalLocalBlock(num_heads=2, intermediate_size=8, local_radius=0)
+
+
+# ===================================================================== tasks
+def test_fixed_block_features_for_bert_records():
+    ids = np.array([[5, 6, 7, 8, 9, 10, 11, 12, 13, 0], [5, 6, 7, 0, 0, 0, 0, 0, 0, 0]], np.int32)
+    mask = (ids > 0).astype(np.int32)
+    seg = np.array([[0, 0, 0, 0, 1, 1, 1, 1, 1, 0], [0] * 10], np.int32)
+    f = etc_inputs.make_fixed_block_features(ids, mask, seg, tokens_per_global=4, local_radius=2,
+                                             relative_pos_max_distance=1)
+    np.testing.assert_array_equal(f["global_token_ids"].numpy(), [[1, 1, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(f["global_token_type_ids"].numpy(), [[0, 1, 1], [0, 0, 0]])
+    np.testing.assert_array_equal(f["sentence_ids"].numpy()[0], [0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
+    np.testing.assert_array_equal(f["long_token_type_ids"].numpy(), seg)
+    assert f["l2g_att_mask"].shape == (2, 10, 3)
+
+
+def test_etc_checkpoints_pretraining_to_classifier(tmp_path):
+    from realformer_tf.checkpoint import CheckpointError
+
+    config = tiny_config(num_hidden_layers=1)
+    pre = etc_modeling.EtcPretrainingModel(config)
+    names = pre.etc_checkpoint_variables()
+    assert len(names) == len(pre.weights)
+    assert {n.split("/")[0] for n in names} == {"etc", "predictions", "seq_relationship"}
+    prefix = pre.save_etc_checkpoint(str(tmp_path / "etc_model.ckpt"))
+    clf = etc_modeling.EtcClassifierModel(config, num_labels=2)
+    clf.load_etc_checkpoint(prefix, skip_heads=True)
+    encoder = {n: v for n, v in clf.etc_checkpoint_variables().items() if n.startswith("etc/")}
+    assert encoder and all(np.array_equal(v.numpy(), names[n].numpy()) for n, v in encoder.items())
+    other = etc_modeling.EtcClassifierModel(tiny_config(num_hidden_layers=1, share_qkv_projections=False), 2)
+    with pytest.raises(CheckpointError):
+        other.load_etc_checkpoint(prefix, skip_heads=True)
+
+
+@pytest.mark.slow
+def test_etc_pretraining_task_runs_in_the_shared_trainer(tmp_path):
+    from realformer_tf import optimization
+    from realformer_tf.tasks import etc_tasks
+    from realformer_tf.training import Trainer
+
+    config = tiny_config()
+    rng = np.random.default_rng(0)
+    n, L, P = 8, 24, 3
+    ids = rng.integers(5, config.vocab_size, size=(n, L)).astype(np.int32)
+    records = {
+        "input_ids": ids, "input_mask": np.ones((n, L), np.int32), "segment_ids": np.zeros((n, L), np.int32),
+        "masked_lm_positions": np.tile(np.array([[2, 9, 17]], np.int32), (n, 1)),
+        "masked_lm_ids": ids[:, [2, 9, 17]], "masked_lm_weights": np.ones((n, P), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, size=(n, 1)).astype(np.int32),
+    }
+    base = lambda ctx=None: tf.data.Dataset.from_tensor_slices(records).repeat().batch(4, drop_remainder=True)  # noqa: E731
+    trainer = Trainer(etc_tasks.EtcPretrainingTask(config), tf.distribute.get_strategy(), str(tmp_path),
+                      optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, 4, 1),
+                      steps_per_loop=2, save_checkpoints_steps=2, global_batch_size=4)
+    trainer.restore_or_initialize()
+    train = trainer.train(etc_tasks.etc_dataset_fn(base, config, tokens_per_global=8), 4, log_fn=lambda *_: None)
+    assert np.isfinite(train["loss"]) and int(trainer.global_step.numpy()) == 4
+    results = trainer.evaluate(etc_tasks.etc_dataset_fn(lambda ctx=None: base(ctx).take(2), config, 8), -1)
+    assert {"masked_lm_accuracy", "next_sentence_loss", "loss"} <= set(results)
+    prefix = etc_tasks.export_etc_checkpoint(trainer.model, str(tmp_path), config)
+    assert etc_modeling.EtcConfig.from_json_file(str(tmp_path / "etc_config.json")) == config
+    etc_modeling.EtcClassifierModel(config, 2).load_etc_checkpoint(prefix, skip_heads=True)

@@ -8,7 +8,8 @@ From long token ids plus sentence ids (or sentence breakpoints) these build what
   g2g_att_mask          [B, G, G]
   l2g_att_mask          [B, L, G]     (hard l2g: token i sees only its sentence's global token)
   g2l_att_mask          [B, G, L]     (hard g2l: global token s sees only sentence s's tokens)
-  l2l_relative_att_ids  [B, L, 2r+1]  clip(j - i, -M, M) + M
+  l2l_relative_att_ids  [B, L, 2r+1]  clip(j - i, -M, M) + M  (only on request: the layer
+                                      computes these positional ids itself, faster)
   g2g_relative_att_ids  [B, G, G]     clip(j - i, -M, M) + M
   l2g_relative_att_ids  [B, L, G]     2M+1 (other sentence) or 2M+2 (same sentence)
   g2l_relative_att_ids  [B, G, L]     the transpose
@@ -93,8 +94,9 @@ def make_side_inputs(
     use_hard_l2g_mask=False,
     long_example_ids=None,
     global_example_ids=None,
+    include_l2l_relative_ids=False,
 ):
-    """The eight ETC side inputs (masks and relative ids) as a dict.
+    """The ETC side inputs (masks and relative ids) as a dict.
 
     Args:
       long_input_mask: [B, L] 1 = real long token.
@@ -104,6 +106,10 @@ def make_side_inputs(
       use_hard_g2l_mask / use_hard_l2g_mask: restrict g2l / l2g to the same sentence.
       long_example_ids / global_example_ids: for packed examples (each example its own
         id, padding another); default: the input masks.
+      include_l2l_relative_ids: also return `l2l_relative_att_ids`. They are purely
+        positional, and without them `GlobalLocalAttention` uses the same ids through a
+        static one-hot matmul (several times faster than gathering ids on CPU), so they
+        are left out by default.
     """
     long_mask = tf.cast(long_input_mask, tf.int32)
     global_mask = tf.cast(global_input_mask, tf.int32)
@@ -131,9 +137,10 @@ def make_side_inputs(
     }
     M = int(relative_pos_max_distance)
     if M > 0:
-        local_row = tf.constant(local_relative_ids_table(local_radius, M))
-        out["l2l_relative_att_ids"] = tf.broadcast_to(
-            local_row[None, None, :], [batch, long_len, 2 * local_radius + 1])
+        if include_l2l_relative_ids:
+            local_row = tf.constant(local_relative_ids_table(local_radius, M))
+            out["l2l_relative_att_ids"] = tf.broadcast_to(
+                local_row[None, None, :], [batch, long_len, 2 * local_radius + 1])
         offsets = g[None, :] - g[:, None]
         out["g2g_relative_att_ids"] = tf.broadcast_to(
             (tf.clip_by_value(offsets, -M, M) + M)[None], [batch, global_len, global_len])
@@ -199,3 +206,40 @@ def features_for_config(config, long_token_ids, global_seq_len, **kwargs):
         use_hard_g2l_mask=config.use_hard_g2l_mask, use_hard_l2g_mask=config.use_hard_l2g_mask,
         **kwargs,
     )
+
+
+def make_fixed_block_features(
+    input_ids,
+    input_mask,
+    segment_ids,
+    tokens_per_global,
+    local_radius,
+    relative_pos_max_distance,
+    use_hard_g2l_mask=False,
+    use_hard_l2g_mask=False,
+    global_token_id=GLOBAL_TOKEN_ID,
+):
+    """ETC features from BERT-style features without sentence structure (ETC's "fixed
+    blocks" pattern): one global token per `tokens_per_global` long tokens (ETC suggests
+    16 or 32 for BERT pretraining data). Global token g covers long tokens
+    [g*tokens_per_global, (g+1)*tokens_per_global) and takes the segment id of its first
+    token. The long length must be static; G = ceil(L / tokens_per_global).
+    """
+    if int(tokens_per_global) <= 0:
+        raise ValueError(f"tokens_per_global must be positive, got {tokens_per_global}")
+    input_ids = tf.convert_to_tensor(input_ids)
+    long_len = input_ids.shape[-1]
+    if long_len is None:
+        raise ValueError("make_fixed_block_features needs a static long length")
+    global_len = -(-long_len // int(tokens_per_global))
+    sentence_ids = tf.broadcast_to(
+        tf.range(long_len, dtype=tf.int32)[None, :] // int(tokens_per_global), tf.shape(input_ids))
+    features = make_etc_features(
+        input_ids, global_len, local_radius, relative_pos_max_distance,
+        sentence_ids=sentence_ids, long_input_mask=input_mask, long_token_type_ids=segment_ids,
+        use_hard_g2l_mask=use_hard_g2l_mask, use_hard_l2g_mask=use_hard_l2g_mask,
+        global_token_id=global_token_id)
+    first = tf.range(global_len, dtype=tf.int32) * int(tokens_per_global)
+    features["global_token_type_ids"] = (
+        tf.gather(features["long_token_type_ids"], first, axis=1) * features["global_input_mask"])
+    return features

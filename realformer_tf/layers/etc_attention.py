@@ -112,12 +112,42 @@ def split_into_blocks(x, block_len, pad_value=0):
 
 
 def concat_3_blocks(blocked, pad_value=0):
-    """[B, nb, bl, ...] -> [B, nb, 3*bl, ...]: previous, current and next block (a zero
-    block before the first and after the last)."""
+    """[B, nb, bl, ...] -> [B, nb, 3*bl, ...]: previous, current and next block (a
+    `pad_value` block before the first and after the last).
+
+    Written as ONE gather of whole blocks: its gradient is a segment sum of contiguous
+    rows, where slicing / concatenating on an inner axis has gradients that are many
+    times slower than the forward pass on CPU.
+    """
+    shape = tf.shape(blocked)
     rank = len(blocked.shape)
-    paddings = [[0, 0], [1, 1]] + [[0, 0]] * (rank - 2)
-    padded = tf.pad(blocked, paddings, constant_values=tf.cast(pad_value, blocked.dtype))
-    return tf.concat([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]], axis=2)
+    padded = tf.pad(blocked, [[0, 0], [1, 1]] + [[0, 0]] * (rank - 2),
+                    constant_values=tf.cast(pad_value, blocked.dtype))
+    index = tf.range(shape[1])[:, None] + tf.range(3)[None, :]            # [nb, 3]
+    out = tf.gather(padded, index, axis=1)                                # [B, nb, 3, bl, ...]
+    return tf.reshape(out, tf.concat([shape[:2], [3 * shape[2]], shape[3:]], axis=0))
+
+
+def blocked_keys_with_globals(long_keys, global_keys, block_len):
+    """Per query block, the keys it attends to, in the fused layout:
+    [B, L, ...] long + [B, G, ...] global -> [B, nb, 3*bl + G, ...]
+    (previous, current, next long block, then every global key; zero rows where the long
+    sequence is padded). One gather from [zero block | long (padded) | zero block | global].
+    """
+    shape = tf.shape(long_keys)
+    seq_len = shape[1]
+    num_blocks = (seq_len + block_len - 1) // block_len
+    rank = len(long_keys.shape)
+    trailing = [[0, 0]] * (rank - 2)
+    end_pad = num_blocks * block_len - seq_len + block_len
+    source = tf.concat([
+        tf.pad(long_keys, [[0, 0], [block_len, end_pad]] + trailing),
+        tf.cast(global_keys, long_keys.dtype),
+    ], axis=1)                                                            # [B, (nb+2)*bl + G, ...]
+    local = tf.range(num_blocks)[:, None] * block_len + tf.range(3 * block_len)[None, :]
+    glob = (num_blocks + 2) * block_len + tf.range(tf.shape(global_keys)[1])
+    index = tf.concat([local, tf.broadcast_to(glob[None, :], [num_blocks, tf.shape(glob)[0]])], axis=1)
+    return tf.gather(source, index, axis=1)
 
 
 def skew_local_to_blocks(local, block_len, pad_value=0):
@@ -389,13 +419,57 @@ class GlobalLocalAttention(keras.layers.Layer):
         probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
         return self.probability_dropout(tf.cast(probs, scores.dtype), training=training)
 
-    def _relative_scores(self, queries, ids, side, batch_dims):
-        """queries [..., N, D] (batch_dims leading dims), ids [..., K] -> [..., N, K]."""
+    def _relative_table_scores(self, queries, side):
+        """queries [..., N, D] -> [..., N, R]: q . rel_emb[r] + rel_bias[r] for every id r
+        (R is small), to be picked per key by id."""
         table = tf.cast(getattr(self, f"{side}_relative_embeddings"), queries.dtype)
         bias = tf.cast(getattr(self, f"{side}_relative_bias"), queries.dtype)
-        # [..., N, R]: each query against every relative embedding (R is small).
-        all_scores = tf.einsum("...hd,rhd->...hr", queries, table) + tf.transpose(bias)
+        shape = tf.shape(queries)
+        flat = tf.reshape(queries, [-1, self.num_heads, self.key_dim])
+        scores = tf.einsum("phd,rhd->phr", flat, table) + tf.transpose(bias)
+        return tf.reshape(scores, tf.concat([shape[:-1], [self.relative_vocab_size]], axis=0))
+
+    @staticmethod
+    def _pick(all_scores, ids, batch_dims):
+        """all_scores [<batch_dims>, N, R], ids [<batch_dims>, K] -> [<batch_dims>, N, K]."""
         return tf.gather(all_scores, ids, axis=batch_dims + 1, batch_dims=batch_dims)
+
+    def _local_relative_onehot(self, dtype):
+        """Static [bl, 3*bl, R] one-hot of the default (positional) l2l ids of the blocked
+        layout: picking ids becomes one small matmul instead of a gather."""
+        ids = relative_position_ids(local_offsets(self.block_len), self.relative_pos_max_distance)
+        return tf.constant(np.eye(self.relative_vocab_size)[ids], dtype=dtype)
+
+    def _long_relative_scores(self, q_blocks, l2l_ids, l2g_ids, global_len):
+        """Relative scores [B, N, nb, bl, 3bl+G] of the fused long-side layout.
+
+        Default (positional) l2l ids go through a static one-hot matmul; l2g ids, when
+        given, are picked by id (a gather), else they are all 2M+1 (one column).
+        """
+        bl, M, R = self.block_len, self.relative_pos_max_distance, self.relative_vocab_size
+        rel_all = self._relative_table_scores(q_blocks, "long")               # [B, nb, bl, N, R]
+        dtype = rel_all.dtype
+        pad_id = padding_relative_id(M)
+        if l2l_ids is not None:
+            ids = skew_local_to_blocks(tf.cast(l2l_ids, tf.int32), bl, pad_id)
+            if l2g_ids is None:
+                shape = tf.shape(ids)
+                side_ids = tf.fill([shape[0], shape[1], bl, global_len], l2g_other_id(M))
+            else:
+                side_ids = split_into_blocks(tf.cast(l2g_ids, tf.int32), bl, pad_id)
+            picked = self._pick(rel_all, tf.concat([ids, side_ids], axis=-1), 3)
+            return tf.transpose(picked, [0, 3, 1, 2, 4])
+        local = self._local_relative_onehot(dtype)                            # [bl, 3bl, R]
+        if l2g_ids is None:
+            other = tf.one_hot(l2g_other_id(M), R, dtype=dtype)
+            onehot = tf.concat([local, tf.broadcast_to(other[None, None], [bl, global_len, R])], axis=1)
+            return tf.einsum("bcqhr,qkr->bhcqk", rel_all, onehot)
+        rel_local = tf.einsum("bcqhr,qkr->bhcqk", rel_all, local)             # [B, N, nb, bl, 3bl]
+        side_ids = split_into_blocks(tf.cast(l2g_ids, tf.int32), bl, pad_id)
+        rel_side = tf.transpose(self._pick(rel_all, side_ids, 3), [0, 3, 1, 2, 4])
+        no_pad = [[0, 0]] * 4
+        return (tf.pad(rel_local, no_pad + [[0, global_len]])
+                + tf.pad(rel_side, no_pad + [[3 * bl, 0]]))
 
     # -- call -----------------------------------------------------------------------------
     def call(
@@ -442,12 +516,12 @@ class GlobalLocalAttention(keras.layers.Layer):
         inv_sqrt_d = tf.cast(self.key_dim**-0.5, q_long.dtype)
 
         # ---------------------------------------------------------------- long side
+        # One score tensor per query block over [prev | cur | next block | globals]: no
+        # concatenation of float tensors on inner axes (slow gradients on CPU).
         q_blocks = split_into_blocks(q_long, bl)                           # [B, nb, bl, N, D]
-        k_blocks = concat_3_blocks(split_into_blocks(k_l2l, bl))           # [B, nb, 3bl, N, D]
-        v_blocks = concat_3_blocks(split_into_blocks(v_l2l, bl))
-        local = tf.einsum("bcqhd,bckhd->bhcqk", q_blocks, k_blocks)        # [B, N, nb, bl, 3bl]
-        side = tf.einsum("bcqhd,bghd->bhcqg", q_blocks, k_l2g)             # [B, N, nb, bl, G]
-        long_scores = tf.concat([local, side], axis=-1)
+        keys = blocked_keys_with_globals(k_l2l, k_l2g, bl)                 # [B, nb, 3bl+G, N, D]
+        values = blocked_keys_with_globals(v_l2l, v_l2g, bl)
+        long_scores = tf.einsum("bcqhd,bckhd->bhcqk", q_blocks, keys)      # [B, N, nb, bl, 3bl+G]
         num_blocks = tf.shape(q_blocks)[1]
 
         # Mask [B, nb, bl, 3bl + G]: band & real key positions (& the given masks).
@@ -469,31 +543,18 @@ class GlobalLocalAttention(keras.layers.Layer):
         long_mask = tf.concat([l2l_mask, l2g_blocked], axis=-1)[:, None]  # [B, 1, nb, bl, K]
 
         if self.use_relative:
-            if l2l_relative_att_ids is None:
-                ids = relative_position_ids(local_offsets(bl), M).astype(np.int32)
-                l2l_ids = tf.broadcast_to(tf.constant(ids)[None, None], [batch, num_blocks, bl, 3 * bl])
-            else:
-                l2l_ids = skew_local_to_blocks(
-                    tf.cast(l2l_relative_att_ids, tf.int32), bl, padding_relative_id(M))
-            if l2g_relative_att_ids is None:
-                l2g_ids = tf.fill([batch, num_blocks, bl, global_len], l2g_other_id(M))
-            else:
-                l2g_ids = split_into_blocks(tf.cast(l2g_relative_att_ids, tf.int32), bl,
-                                            padding_relative_id(M))
-            ids = tf.concat([l2l_ids, l2g_ids], axis=-1)                   # [B, nb, bl, K]
-            rel = self._relative_scores(q_blocks, ids, "long", batch_dims=3)  # [B, nb, bl, N, K]
-            long_scores = long_scores + tf.transpose(rel, [0, 3, 1, 2, 4])
+            long_scores = long_scores + self._long_relative_scores(
+                q_blocks, l2l_relative_att_ids, l2g_relative_att_ids, global_len)
         long_scores = long_scores * inv_sqrt_d
         if prev_long_scores is not None:
             long_scores = long_scores + tf.cast(prev_long_scores, long_scores.dtype)
 
         probs = self._probabilities(long_scores, long_mask, training)
-        context = (
-            tf.einsum("bhcqk,bckhd->bcqhd", probs[..., : 3 * bl], v_blocks)
-            + tf.einsum("bhcqg,bghd->bcqhd", probs[..., 3 * bl:], v_l2g)
-        )
+        context = tf.einsum("bhcqk,bckhd->bcqhd", probs, values)            # [B, nb, bl, N, D]
         context = tf.reshape(context, [batch, num_blocks * bl, self.num_heads, self.key_dim])
-        long_output = self._finish(context[:, :long_len], "long")
+        # tf.split, not a slice: its gradient is a concat (fast), a slice's is not.
+        context, _ = tf.split(context, [long_len, num_blocks * bl - long_len], axis=1)
+        long_output = self._finish(context, "long")
 
         # -------------------------------------------------------------- global side
         keys = tf.concat([k_g2g, k_g2l], axis=1)                             # [B, G+L, N, D]
@@ -509,16 +570,23 @@ class GlobalLocalAttention(keras.layers.Layer):
         global_mask = tf.concat(
             [tf.cast(g2g_att_mask, tf.int32), tf.cast(g2l_att_mask, tf.int32)], axis=-1)[:, None]
         if self.use_relative:
+            rel_all = self._relative_table_scores(q_global, "global")         # [B, G, N, R]
             if g2g_relative_att_ids is None:
                 positions = tf.range(global_len)
                 g2g_relative_att_ids = tf.broadcast_to(
                     tf.clip_by_value(positions[None, :] - positions[:, None], -M, M)[None] + M,
                     [batch, global_len, global_len])
             if g2l_relative_att_ids is None:
-                g2l_relative_att_ids = tf.fill([batch, global_len, long_len], l2g_other_id(M))
-            ids = tf.concat([tf.cast(g2g_relative_att_ids, tf.int32),
-                             tf.cast(g2l_relative_att_ids, tf.int32)], axis=-1)
-            rel = self._relative_scores(q_global, ids, "global", batch_dims=2)  # [B, G, N, G+L]
+                # Padding (gradient: a slice) instead of a concat on the key axis.
+                g2g = self._pick(rel_all, tf.cast(g2g_relative_att_ids, tf.int32), 2)
+                g2l = tf.broadcast_to(rel_all[..., l2g_other_id(M), None],
+                                      [batch, global_len, self.num_heads, long_len])
+                rel = (tf.pad(g2g, [[0, 0], [0, 0], [0, 0], [0, long_len]])
+                       + tf.pad(g2l, [[0, 0], [0, 0], [0, 0], [global_len, 0]]))
+            else:
+                ids = tf.concat([tf.cast(g2g_relative_att_ids, tf.int32),
+                                 tf.cast(g2l_relative_att_ids, tf.int32)], axis=-1)
+                rel = self._pick(rel_all, ids, 2)                              # [B, G, N, G+L]
             global_scores = global_scores + tf.transpose(rel, [0, 2, 1, 3])
         global_scores = global_scores * inv_sqrt_d
         if prev_global_scores is not None:

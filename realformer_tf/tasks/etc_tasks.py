@@ -1,0 +1,298 @@
+"""ETC tasks: masked-LM (+ next-sentence) pretraining and long-document classification,
+on the SAME TFRecords as the BERT tasks (create_pretraining_data.py output; the GLUE
+features of run_classifier.py), through the shared `Trainer`.
+
+BERT records have no sentence structure, so the long input gets ETC's "fixed blocks"
+global tokens: one global token (id 1) per `--etc_tokens_per_global` long tokens
+(`realformer_tf.data.etc_inputs.make_fixed_block_features`), added in the input pipeline.
+
+Hook (see the final report): the run scripts call `define_etc_flags()` next to
+`cli.define_model_flags()` and, when `--model_type=etc`, call `run_etc_pretraining(FLAGS)`
+/ `run_etc_classifier(FLAGS)` instead of the BERT ones; `--bert_config_file` then names an
+ETC config JSON (`EtcConfig` fields).
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import flags, logging
+
+from realformer_tf import checkpoint as ckpt
+from realformer_tf import cli, etc_modeling, optimization
+from realformer_tf.data import etc_inputs, records
+from realformer_tf.data import pretraining as pretraining_data
+from realformer_tf.training import Task, Trainer, write_results
+
+MODEL_TYPES = ("bert", "etc")
+ETC_CHECKPOINT_NAME = "etc_model.ckpt"
+ETC_CONFIG_NAME = "etc_config.json"
+
+
+def define_etc_flags():
+    """The two flags the ETC variants add to run_pretraining.py / run_classifier.py."""
+    flags.DEFINE_enum("model_type", "bert", MODEL_TYPES,
+                      "bert: BERT / RealFormer / NormFormer (bert_config_file is a BERT config); "
+                      "etc: ETC global-local attention (bert_config_file is an ETC config).")
+    flags.DEFINE_integer("etc_tokens_per_global", 16,
+                         "ETC only: long tokens per global token (fixed-block global tokens).")
+
+
+def load_etc_config(path, max_seq_length=None):
+    cli.require(path, "--bert_config_file (the ETC config JSON) is required")
+    config = etc_modeling.EtcConfig.from_json_file(path)
+    limit = config.max_absolute_position_embeddings
+    if max_seq_length is not None and limit and max_seq_length > limit:
+        raise cli.UsageError(
+            f"--max_seq_length={max_seq_length} exceeds max_absolute_position_embeddings={limit} of {path}")
+    return config
+
+
+def to_etc_features(features, config, tokens_per_global):
+    """BERT-style batch (input_ids, input_mask, segment_ids, ...) -> the same dict plus
+    the ETC model inputs (global tokens, masks, relative ids)."""
+    etc = etc_inputs.make_fixed_block_features(
+        features["input_ids"], features["input_mask"], features["segment_ids"], tokens_per_global,
+        config.local_radius, config.relative_pos_max_distance,
+        use_hard_g2l_mask=config.use_hard_g2l_mask, use_hard_l2g_mask=config.use_hard_l2g_mask)
+    return dict(features, **etc)
+
+
+def etc_dataset_fn(dataset_fn, config, tokens_per_global):
+    """Wraps a batched BERT `dataset_fn(input_context)` to add the ETC inputs."""
+
+    def fn(input_context=None):
+        return dataset_fn(input_context).map(
+            lambda f: to_etc_features(f, config, tokens_per_global), num_parallel_calls=tf.data.AUTOTUNE)
+
+    return fn
+
+
+def _sparse_nll(labels, logits):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+
+
+def _initialize_from(model, init_checkpoint, head_prefixes):
+    """Loads the encoder (and the heads when the checkpoint has them)."""
+    names = ckpt.original_names(ckpt.list_checkpoint(ckpt.resolve_checkpoint(init_checkpoint))) or {}
+    has_heads = bool(head_prefixes) and any(n.startswith(tuple(head_prefixes)) for n in names)
+    path = model.load_etc_checkpoint(init_checkpoint, skip_heads=not has_heads)
+    return f"Initialized from {path}" + ("" if has_heads else " (encoder only; heads fresh)")
+
+
+class EtcPretrainingTask(Task):
+    """Masked LM over the long tokens + next sentence on the first global token (the
+    BERT pretraining records' objectives, so the metrics match run_pretraining.py's)."""
+
+    metric_names = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss", "next_sentence_accuracy")
+    loss_terms = ("masked_lm_loss", "next_sentence_loss")
+
+    def __init__(self, config, init_checkpoint=None):
+        self.config = config
+        self.init_checkpoint = init_checkpoint
+
+    def build_model(self):
+        return etc_modeling.EtcPretrainingModel(self.config)
+
+    def initialize(self, model):
+        if not self.init_checkpoint:
+            return None
+        message = _initialize_from(model, self.init_checkpoint, model._head_prefixes)
+        logging.info(message)
+        return message
+
+    def metric_sums(self, features, outputs):
+        weights = tf.cast(features["masked_lm_weights"], tf.float32)
+        mlm_logits = outputs["masked_lm_logits"]
+        mlm_ids = features["masked_lm_ids"]
+        mlm_nll = _sparse_nll(mlm_ids, mlm_logits)
+        mlm_correct = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), mlm_ids), tf.float32)
+        nsp_labels = tf.reshape(features["next_sentence_labels"], [-1])
+        nsp_logits = outputs["next_sentence_logits"]
+        nsp_correct = tf.cast(tf.equal(tf.argmax(nsp_logits, -1, output_type=tf.int32), nsp_labels), tf.float32)
+        count = tf.cast(tf.size(nsp_labels), tf.float32)
+        real = tf.reduce_sum(weights)
+        return {
+            "masked_lm_loss": (tf.reduce_sum(mlm_nll * weights), real),
+            "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * weights), real),
+            "next_sentence_loss": (tf.reduce_sum(_sparse_nll(nsp_labels, nsp_logits)), count),
+            "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), count),
+        }
+
+
+class EtcClassifierTask(Task):
+    """Document classification from the first global token; padding examples
+    (`is_real_example == 0`) excluded. Regression (STS-B) uses the squared error."""
+
+    metric_names = ("loss", "accuracy")
+    loss_terms = ("loss",)
+
+    def __init__(self, config, num_labels, is_regression=False, init_checkpoint=None):
+        self.config = config
+        self.num_labels = num_labels
+        self.is_regression = is_regression
+        self.init_checkpoint = init_checkpoint
+
+    def build_model(self):
+        return etc_modeling.EtcClassifierModel(self.config, num_labels=self.num_labels)
+
+    def initialize(self, model):
+        if not self.init_checkpoint:
+            return "Training from scratch: no --init_checkpoint (expect poor results)"
+        path = model.load_etc_checkpoint(self.init_checkpoint, skip_heads=True)
+        return f"Initialized the ETC encoder from {path}; classifier head fresh"
+
+    def metric_sums(self, features, outputs):
+        logits = outputs["logits"]
+        labels = features["label_ids"]
+        real = tf.cast(features["is_real_example"], tf.float32)
+        if self.is_regression:
+            loss = tf.square(logits[:, 0] - tf.cast(labels, tf.float32))
+            correct = tf.zeros_like(real)
+        else:
+            labels = tf.cast(labels, tf.int32)
+            loss = _sparse_nll(labels, logits)
+            correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+        count = tf.reduce_sum(real)
+        return {"loss": (tf.reduce_sum(loss * real), count),
+                "accuracy": (tf.reduce_sum(correct * real), count)}
+
+
+def export_etc_checkpoint(model, output_dir, config):
+    """Writes the name-based ETC checkpoint and its config (for fine-tuning)."""
+    prefix = os.path.join(output_dir, ETC_CHECKPOINT_NAME)
+    model.save_etc_checkpoint(prefix)
+    config.to_json_file(os.path.join(output_dir, ETC_CONFIG_NAME))
+    return prefix
+
+
+def _make_trainer(task, strategy, f, num_train_steps, num_warmup_steps, float16):
+    return Trainer(
+        task, strategy, f.output_dir,
+        optimizer_fn=lambda: optimization.create_optimizer(
+            f.optimizer, f.learning_rate, max(num_train_steps, 1), num_warmup_steps,
+            weight_decay=f.weight_decay, float16_loss_scaling=float16),
+        steps_per_loop=f.iterations_per_loop,
+        save_checkpoints_steps=f.save_checkpoints_steps,
+        max_checkpoints_to_keep=f.keep_checkpoint_max,
+        global_batch_size=f.train_batch_size,
+    )
+
+
+def run_etc_pretraining(flags_):
+    """run_pretraining.py --model_type=etc: the same flags and outputs as the BERT job."""
+    f = flags_
+    cli.require(f.do_train or f.do_eval, "at least one of --do_train or --do_eval must be True")
+    config = load_etc_config(f.bert_config_file, f.max_seq_length)
+    strategy, float16 = cli.setup_strategy()
+    cli.announce(config, strategy)
+    tpg = f.etc_tokens_per_global
+    cli.require(tpg > 0, "--etc_tokens_per_global must be positive")
+    print(f"ETC inputs: {-(-f.max_seq_length // tpg)} global tokens (one per {tpg} long tokens)", flush=True)
+    cli.per_replica(strategy, f.train_batch_size, "train_batch_size")
+    cli.per_replica(strategy, f.eval_batch_size, "eval_batch_size")
+    files = pretraining_data.check_files(f.input_file, f.max_seq_length, f.max_predictions_per_seq)
+    if f.init_checkpoint:
+        ckpt.resolve_checkpoint(f.init_checkpoint)
+    cli.claim_output_dir(f.output_dir, config, {
+        "task": "etc_pretraining", "max_seq_length": f.max_seq_length,
+        "max_predictions_per_seq": f.max_predictions_per_seq, "etc_tokens_per_global": tpg,
+    })
+    trainer = _make_trainer(EtcPretrainingTask(config, f.init_checkpoint), strategy, f,
+                            f.num_train_steps, f.num_warmup_steps, float16)
+    resumed = trainer.restore_or_initialize()
+    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
+          else (trainer.init_message or "Training from scratch (no --init_checkpoint)"), flush=True)
+
+    def dataset(batch_size, is_training, max_steps=None):
+        return etc_dataset_fn(pretraining_data.make_dataset_fn(
+            files, f.max_seq_length, f.max_predictions_per_seq, batch_size, is_training=is_training,
+            seed=f.seed, max_steps=max_steps), config, tpg)
+
+    if f.do_train:
+        print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
+        trainer.train(dataset(f.train_batch_size, True), f.num_train_steps,
+                      summary_dir=os.path.join(f.output_dir, "summaries", "train"))
+        prefix = export_etc_checkpoint(trainer.model, f.output_dir, config)
+        print(f"ETC checkpoint for fine-tuning: {prefix}", flush=True)
+    if f.do_eval:
+        results = trainer.evaluate(dataset(f.eval_batch_size, False, f.max_eval_steps), -1,
+                                   summary_dir=os.path.join(f.output_dir, "summaries", "eval"))
+        path = os.path.join(f.output_dir, "eval_results.txt")
+        write_results(path, results)
+        print("***** Eval results *****")
+        for key in sorted(results):
+            print(f"  {key} = {results[key]}")
+        print(f"Written to {path}", flush=True)
+
+
+def run_etc_classifier(flags_):
+    """run_classifier.py --model_type=etc: GLUE-format data, long documents allowed
+    (--max_seq_length may be in the thousands), same outputs as the BERT job."""
+    from official.nlp.tools import tokenization
+
+    from realformer_tf.data import glue
+    from realformer_tf.data.vocab import check_vocab
+    from realformer_tf.tasks import classifier as bert_classifier
+
+    f = flags_
+    cli.require(f.do_train or f.do_eval or f.do_predict,
+                "at least one of --do_train, --do_eval or --do_predict must be True")
+    config = load_etc_config(f.bert_config_file, f.max_seq_length)
+    task_name, task = glue.get_task(f.task_name)
+    strategy, float16 = cli.setup_strategy()
+    cli.announce(config, strategy)
+    tpg = f.etc_tokens_per_global
+    cli.require(tpg > 0, "--etc_tokens_per_global must be positive")
+    for flag in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
+        cli.per_replica(strategy, getattr(f, flag), flag)
+    check_vocab(f.vocab_file)
+    if f.init_checkpoint:
+        ckpt.resolve_checkpoint(f.init_checkpoint)
+    tokenizer = tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
+    cli.claim_output_dir(f.output_dir, config, {"task": f"etc_{task_name}", "max_seq_length": f.max_seq_length,
+                                                "etc_tokens_per_global": tpg})
+    spec = glue.feature_spec(f.max_seq_length, task.is_regression)
+    splits = [s for s, on in (("train", f.do_train), ("dev", f.do_eval), ("test", f.do_predict)) if on]
+    data = {s: bert_classifier._featurize(f, task_name, task, s, tokenizer, f.output_dir) for s in splits}
+
+    num_train_steps = 0
+    if f.do_train:
+        num_train_steps = max(1, int(data["train"][1] / f.train_batch_size * f.num_train_epochs))
+    num_labels = 1 if task.is_regression else len(task.labels)
+    trainer = _make_trainer(EtcClassifierTask(config, num_labels, task.is_regression, f.init_checkpoint),
+                            strategy, f, num_train_steps, int(num_train_steps * f.warmup_proportion), float16)
+    resumed = trainer.restore_or_initialize(weights_only=not f.do_train)
+    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
+          else trainer.init_message, flush=True)
+
+    def predict(path, batch_size):
+        out = trainer.predict(
+            etc_dataset_fn(records.make_dataset_fn([path], spec, batch_size, False, pad_to_full_batches=True),
+                           config, tpg),
+            ["logits"], ["label_ids", "is_real_example"])
+        real = out["is_real_example"].astype(bool)
+        return {k: v[real] for k, v in out.items()}
+
+    if f.do_train:
+        trainer.train(
+            etc_dataset_fn(records.make_dataset_fn([data["train"][0]], spec, f.train_batch_size, True,
+                                                   seed=f.seed), config, tpg),
+            num_train_steps, summary_dir=os.path.join(f.output_dir, "summaries", "train"))
+        prefix = export_etc_checkpoint(trainer.model, f.output_dir, config)
+        print(f"ETC checkpoint: {prefix}", flush=True)
+    if f.do_eval:
+        out = predict(data["dev"][0], f.eval_batch_size)
+        results = bert_classifier.evaluation_metrics(task, out["logits"], out["label_ids"])
+        results["global_step"] = int(trainer.global_step.numpy())
+        path = os.path.join(f.output_dir, "eval_results.txt")
+        write_results(path, results)
+        print(f"***** Eval results ({data['dev'][1]} examples) *****")
+        for key in sorted(results):
+            print(f"  {key} = {results[key]}")
+        print(f"Written to {path}", flush=True)
+    if f.do_predict:
+        out = predict(data["test"][0], f.predict_batch_size)
+        path = os.path.join(f.output_dir, "test_results.tsv")
+        bert_classifier.write_test_results(path, task, np.asarray(out["logits"]))
+        print(f"Wrote {len(out['logits'])} rows of predictions to {path}", flush=True)
