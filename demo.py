@@ -44,7 +44,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output_dir", default=os.path.join(ROOT, "demo_output"))
     parser.add_argument("--pretrain_steps", type=int, default=300)
-    parser.add_argument("--finetune_epochs", type=float, default=4.0)
+    parser.add_argument("--finetune_epochs", type=float, default=8.0)
     args = parser.parse_args()
     out = os.path.abspath(args.output_dir)
     os.makedirs(out, exist_ok=True)
@@ -76,7 +76,7 @@ def main():
         "run_classifier.py", "--task_name=SST-2", "--do_train=True", "--do_eval=True",
         "--do_predict=True", f"--data_dir={DATA}/testament", f"--vocab_file={vocab}",
         f"--bert_config_file={config}", f"--init_checkpoint={pretrain_dir}/bert_model.ckpt",
-        "--max_seq_length=64", "--train_batch_size=32", "--learning_rate=3e-4",
+        "--max_seq_length=64", "--train_batch_size=32", "--learning_rate=1e-3",
         f"--num_train_epochs={args.finetune_epochs}", "--iterations_per_loop=25",
         f"--output_dir={classifier_dir}", "--seed=1",
     ])
