@@ -16,8 +16,41 @@ class ConfigError(ValueError):
     """A bert_config.json (or BertConfig argument) that cannot describe a model."""
 
 
+class JsonConfig:
+    """JSON file I/O for the dataclass configs (BertConfig, EtcConfig); subclasses
+    define `from_dict(values, source)` and `file_description`."""
+
+    file_description = "config file"
+
+    @classmethod
+    def from_json_file(cls, path):
+        if not tf.io.gfile.exists(path):
+            raise ConfigError(f"{cls.file_description} {path} does not exist")
+        with tf.io.gfile.GFile(path, "r") as f:
+            text = f.read()
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path} is not valid JSON ({e})") from None
+        return cls.from_dict(values, source=str(path))
+
+    def to_dict(self):
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    def to_json_string(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_json_file(self, path):
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(self.to_json_string())
+
+    @property
+    def head_size(self):
+        return self.hidden_size // self.num_attention_heads
+
+
 @dataclasses.dataclass
-class BertConfig:
+class BertConfig(JsonConfig):
     """Configuration of a BERT / RealFormer / NormFormer encoder.
 
     The first eleven fields are the original BERT ones, with its defaults. An official
@@ -25,6 +58,8 @@ class BertConfig:
     (`residual_attention` defaults to true); a vanilla BERT config needs
     `"residual_attention": false`.
     """
+
+    file_description = "bert_config_file"
 
     vocab_size: int
     hidden_size: int = 768
@@ -66,33 +101,6 @@ class BertConfig:
             return cls(**values)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
-
-    @classmethod
-    def from_json_file(cls, path):
-        if not tf.io.gfile.exists(path):
-            raise ConfigError(f"bert_config_file {path} does not exist")
-        with tf.io.gfile.GFile(path, "r") as f:
-            text = f.read()
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON ({e})") from None
-        return cls.from_dict(values, source=str(path))
-
-    def to_dict(self):
-        return copy.deepcopy(dataclasses.asdict(self))
-
-    def to_json_string(self):
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def to_json_file(self, path):
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(self.to_json_string())
-
-    # -- description --------------------------------------------------------------------
-    @property
-    def head_size(self):
-        return self.hidden_size // self.num_attention_heads
 
     def describe(self):
         """One line that names the variant, e.g. for the first lines of every script."""

@@ -13,15 +13,13 @@ logits and the global side's fused g2g+g2l logits), both pre-mask running sums; 
 `realformer_tf/layers/etc_attention.py` for the layouts.
 """
 
-import copy
 import dataclasses
-import json
 
 import keras
 import tensorflow as tf
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (ConfigError is public here)
+from realformer_tf.config import BertConfig, ConfigError, JsonConfig  # noqa: F401  (ConfigError is public here)
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.etc_attention import (
@@ -36,13 +34,15 @@ LAYER_NORM_EPSILON = 1e-12
 
 
 @dataclasses.dataclass
-class EtcConfig:
+class EtcConfig(JsonConfig):
     """ETC's config fields (google-research etcmodel EtcConfig names and defaults) plus
     the RealFormer / NormFormer switches of `BertConfig`.
 
     `use_pre_activation_order` (ETC's name for Pre-LN) is accepted: with it,
     `layer_norm_type` defaults to "pre" (it may also be "normformer", not "post").
     """
+
+    file_description = "ETC config file"
 
     vocab_size: int
     segment_vocab_size: int = 16
@@ -82,32 +82,6 @@ class EtcConfig:
     # Construction and JSON I/O work exactly as for BertConfig (unknown fields: an error
     # naming them; files through tf.io.gfile).
     from_dict = classmethod(BertConfig.from_dict.__func__)
-
-    @classmethod
-    def from_json_file(cls, path):
-        if not tf.io.gfile.exists(path):
-            raise ConfigError(f"ETC config file {path} does not exist")
-        with tf.io.gfile.GFile(path, "r") as f:
-            text = f.read()
-        try:
-            values = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON ({e})") from None
-        return cls.from_dict(values, source=str(path))
-
-    def to_dict(self):
-        return copy.deepcopy(dataclasses.asdict(self))
-
-    def to_json_string(self):
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def to_json_file(self, path):
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(self.to_json_string())
-
-    @property
-    def head_size(self):
-        return self.hidden_size // self.num_attention_heads
 
     def describe(self):
         name = "ETC+RealFormer" if self.residual_attention else "ETC"
