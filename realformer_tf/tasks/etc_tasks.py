@@ -22,7 +22,10 @@ from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, etc_modeling, optimization
 from realformer_tf.data import etc_inputs, records
 from realformer_tf.data import pretraining as pretraining_data
-from realformer_tf.training import Task, Trainer, write_results
+from realformer_tf.tasks import classifier as bert_classifier
+from realformer_tf.tasks.classifier import ClassifierTask
+from realformer_tf.tasks.pretraining import PretrainingTask
+from realformer_tf.training import Trainer, write_results
 
 MODEL_TYPES = ("bert", "etc")
 ETC_CHECKPOINT_NAME = "etc_model.ckpt"
@@ -68,10 +71,6 @@ def etc_dataset_fn(dataset_fn, config, tokens_per_global):
     return fn
 
 
-def _sparse_nll(labels, logits):
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-
-
 def _initialize_from(model, init_checkpoint, head_prefixes):
     """Loads the encoder (and the heads when the checkpoint has them)."""
     names = ckpt.original_names(ckpt.list_checkpoint(ckpt.resolve_checkpoint(init_checkpoint))) or {}
@@ -80,16 +79,9 @@ def _initialize_from(model, init_checkpoint, head_prefixes):
     return f"Initialized from {path}" + ("" if has_heads else " (encoder only; heads fresh)")
 
 
-class EtcPretrainingTask(Task):
+class EtcPretrainingTask(PretrainingTask):
     """Masked LM over the long tokens + next sentence on the first global token (the
-    BERT pretraining records' objectives, so the metrics match run_pretraining.py's)."""
-
-    metric_names = ("masked_lm_loss", "masked_lm_accuracy", "next_sentence_loss", "next_sentence_accuracy")
-    loss_terms = ("masked_lm_loss", "next_sentence_loss")
-
-    def __init__(self, config, init_checkpoint=None):
-        self.config = config
-        self.init_checkpoint = init_checkpoint
+    BERT pretraining records' objectives and metrics, from PretrainingTask)."""
 
     def build_model(self):
         return etc_modeling.EtcPretrainingModel(self.config)
@@ -101,37 +93,10 @@ class EtcPretrainingTask(Task):
         logging.info(message)
         return message
 
-    def metric_sums(self, features, outputs):
-        weights = tf.cast(features["masked_lm_weights"], tf.float32)
-        mlm_logits = outputs["masked_lm_logits"]
-        mlm_ids = features["masked_lm_ids"]
-        mlm_nll = _sparse_nll(mlm_ids, mlm_logits)
-        mlm_correct = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), mlm_ids), tf.float32)
-        nsp_labels = tf.reshape(features["next_sentence_labels"], [-1])
-        nsp_logits = outputs["next_sentence_logits"]
-        nsp_correct = tf.cast(tf.equal(tf.argmax(nsp_logits, -1, output_type=tf.int32), nsp_labels), tf.float32)
-        count = tf.cast(tf.size(nsp_labels), tf.float32)
-        real = tf.reduce_sum(weights)
-        return {
-            "masked_lm_loss": (tf.reduce_sum(mlm_nll * weights), real),
-            "masked_lm_accuracy": (tf.reduce_sum(mlm_correct * weights), real),
-            "next_sentence_loss": (tf.reduce_sum(_sparse_nll(nsp_labels, nsp_logits)), count),
-            "next_sentence_accuracy": (tf.reduce_sum(nsp_correct), count),
-        }
 
-
-class EtcClassifierTask(Task):
-    """Document classification from the first global token; padding examples
-    (`is_real_example == 0`) excluded. Regression (STS-B) uses the squared error."""
-
-    metric_names = ("loss", "accuracy")
-    loss_terms = ("loss",)
-
-    def __init__(self, config, num_labels, is_regression=False, init_checkpoint=None):
-        self.config = config
-        self.num_labels = num_labels
-        self.is_regression = is_regression
-        self.init_checkpoint = init_checkpoint
+class EtcClassifierTask(ClassifierTask):
+    """Document classification from the first global token (losses and metrics from
+    ClassifierTask)."""
 
     def build_model(self):
         return etc_modeling.EtcClassifierModel(self.config, num_labels=self.num_labels)
@@ -141,21 +106,6 @@ class EtcClassifierTask(Task):
             return "Training from scratch: no --init_checkpoint (expect poor results)"
         path = model.load_etc_checkpoint(self.init_checkpoint, skip_heads=True)
         return f"Initialized the ETC encoder from {path}; classifier head fresh"
-
-    def metric_sums(self, features, outputs):
-        logits = outputs["logits"]
-        labels = features["label_ids"]
-        real = tf.cast(features["is_real_example"], tf.float32)
-        if self.is_regression:
-            loss = tf.square(logits[:, 0] - tf.cast(labels, tf.float32))
-            correct = tf.zeros_like(real)
-        else:
-            labels = tf.cast(labels, tf.int32)
-            loss = _sparse_nll(labels, logits)
-            correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
-        count = tf.reduce_sum(real)
-        return {"loss": (tf.reduce_sum(loss * real), count),
-                "accuracy": (tf.reduce_sum(correct * real), count)}
 
 
 def export_etc_checkpoint(model, output_dir, config):
@@ -233,7 +183,6 @@ def run_etc_classifier(flags_):
 
     from realformer_tf.data import glue
     from realformer_tf.data.vocab import check_vocab
-    from realformer_tf.tasks import classifier as bert_classifier
 
     f = flags_
     cli.require(f.do_train or f.do_eval or f.do_predict,
