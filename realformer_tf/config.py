@@ -48,6 +48,25 @@ class JsonConfig:
     def head_size(self):
         return self.hidden_size // self.num_attention_heads
 
+    def block_options(self, layer_norm_epsilon):
+        """Keyword arguments of the encoder stacks (TransformerEncoder and ETC's
+        GlobalLocalEncoder) that both configs spell the same way."""
+        return dict(
+            num_layers=self.num_hidden_layers,
+            num_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size,
+            hidden_act=self.hidden_act,
+            hidden_dropout=self.hidden_dropout_prob,
+            attention_dropout=self.attention_probs_dropout_prob,
+            layer_norm_type=self.layer_norm_type,
+            residual_attention=self.residual_attention,
+            use_running_mean=self.use_running_mean,
+            head_scale_position=self.normformer_head_scale_position,
+            use_residual_scale=self.normformer_residual_scale,
+            initializer_range=self.initializer_range,
+            layer_norm_epsilon=layer_norm_epsilon,
+        )
+
 
 @dataclasses.dataclass
 class BertConfig(JsonConfig):

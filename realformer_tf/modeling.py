@@ -98,19 +98,7 @@ class BertModel(_BertCheckpointIO, keras.Model):
             dtype=self.dtype_policy,
         )
         self.encoder = TransformerEncoder(
-            num_layers=config.num_hidden_layers,
-            num_heads=config.num_attention_heads,
-            intermediate_size=config.intermediate_size,
-            hidden_act=config.hidden_act,
-            hidden_dropout=config.hidden_dropout_prob,
-            attention_dropout=config.attention_probs_dropout_prob,
-            layer_norm_type=config.layer_norm_type,
-            residual_attention=config.residual_attention,
-            use_running_mean=config.use_running_mean,
-            head_scale_position=config.normformer_head_scale_position,
-            use_residual_scale=config.normformer_residual_scale,
-            initializer_range=config.initializer_range,
-            layer_norm_epsilon=LAYER_NORM_EPSILON,
+            **config.block_options(LAYER_NORM_EPSILON),
             name="encoder",
             dtype=self.dtype_policy,
         )
