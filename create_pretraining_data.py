@@ -24,7 +24,9 @@ from official.nlp.tools import tokenization  # noqa: E402
 
 from realformer_tf import cli  # noqa: E402
 from realformer_tf.data.records import expand_input_files  # noqa: E402
+from realformer_tf.data.text_files import check_utf8  # noqa: E402
 from realformer_tf.data.vocab import check_vocab  # noqa: E402
+from realformer_tf.fileio import commit, temporary_name  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -71,6 +73,7 @@ def _counted(items, progress):
 
 def main(_):
     input_files = expand_input_files(FLAGS.input_file)
+    check_utf8(input_files)
     vocab = check_vocab(FLAGS.vocab_file)
     cli.require(FLAGS.output_file, "--output_file is required")
     output_files = [p.strip() for p in FLAGS.output_file.split(",") if p.strip()]
@@ -93,7 +96,7 @@ def main(_):
 
     # Write under temporary names, then rename: an interrupted run leaves no file that
     # looks complete.
-    temp_files = [f"{p}.incomplete" for p in output_files]
+    temp_files = [temporary_name(p) for p in output_files]
     written = _Progress("examples written", total=len(instances))
     logging.set_verbosity(logging.WARNING)  # Model Garden logs every one of the first 20 examples
     mg.write_instance_to_example_files(
@@ -101,7 +104,7 @@ def main(_):
         temp_files, FLAGS.gzip_compress, FLAGS.use_v2_feature_names,
     )
     for temp, final in zip(temp_files, output_files):
-        tf.io.gfile.rename(temp, final, overwrite=True)
+        commit(temp, final)
     written.report()
     print(f"Wrote {len(instances)} examples to {', '.join(output_files)}", flush=True)
 

@@ -13,6 +13,7 @@ from realformer_tf import distribution, optimization
 from realformer_tf.checkpoint import CheckpointError
 from realformer_tf.config import BertConfig, ConfigError
 from realformer_tf.data.records import InputError
+from realformer_tf.fileio import atomic_output
 from realformer_tf.training import NonFiniteLossError
 
 FLAGS = flags.FLAGS
@@ -144,7 +145,7 @@ def claim_output_dir(output_dir, config, extra=None):
             "tool for this config; use an empty --output_dir"
         )
     else:
-        with tf.io.gfile.GFile(path, "w") as f:
+        with atomic_output(path) as f:
             json.dump(current, f, indent=2, sort_keys=True)
 
 

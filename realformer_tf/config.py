@@ -7,6 +7,7 @@ import json
 
 import tensorflow as tf
 
+from realformer_tf.fileio import atomic_output
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.transformer import LAYER_NORM_TYPES
@@ -26,10 +27,12 @@ class JsonConfig:
     def from_json_file(cls, path):
         if not tf.io.gfile.exists(path):
             raise ConfigError(f"{cls.file_description} {path} does not exist")
-        with tf.io.gfile.GFile(path, "r") as f:
-            text = f.read()
+        with tf.io.gfile.GFile(path, "rb") as f:
+            raw = f.read()
         try:
-            values = json.loads(text)
+            values = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{path} is not UTF-8 text ({e}); save it as UTF-8 JSON") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path} is not valid JSON ({e})") from None
         return cls.from_dict(values, source=str(path))
@@ -41,7 +44,7 @@ class JsonConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     def to_json_file(self, path):
-        with tf.io.gfile.GFile(path, "w") as f:
+        with atomic_output(path) as f:
             f.write(self.to_json_string())
 
     @property

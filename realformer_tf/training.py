@@ -20,6 +20,8 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
+from realformer_tf.fileio import atomic_output
+
 
 class Task:
     """What a training job is about. Subclasses implement the three methods and name
@@ -144,7 +146,10 @@ class Trainer:
             if self.optimizer is not None:
                 self.optimizer.build(self.model.trainable_variables)
             self.global_step = orbit.utils.create_global_step()
-        tracked = dict(model_weights=checkpointable_weights(self.model), global_step=self.global_step)
+        # The dropout seeds' states too: a resumed run then draws the dropout masks the
+        # uninterrupted run would have.
+        tracked = dict(model_weights=checkpointable_weights(self.model), global_step=self.global_step,
+                       random_states=random_states(self.model))
         if self.optimizer is not None:
             tracked["optimizer"] = self.optimizer
         self.checkpoint = tf.train.Checkpoint(**tracked)
@@ -229,8 +234,14 @@ class Trainer:
 
     # -- public -------------------------------------------------------------------------
     def train(self, train_dataset_fn, num_train_steps, summary_dir=None, log_fn=print):
-        """Trains until global step `num_train_steps`, checkpointing along the way."""
-        dataset = self.strategy.distribute_datasets_from_function(train_dataset_fn)
+        """Trains until global step `num_train_steps`, checkpointing along the way.
+
+        `train_dataset_fn(input_context, start_step)` is told the global step training
+        starts at, so that a resumed run can continue the data where it stopped
+        (records.make_dataset_fn replays a seeded order)."""
+        start_step = int(self.global_step.numpy())
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda input_context: train_dataset_fn(input_context, start_step=start_step))
         runner = _OrbitRunner(self, dataset, None)
         progress = ProgressAction(self, num_train_steps, self.global_batch_size, log_fn)
         controller = orbit.Controller(
@@ -320,6 +331,13 @@ def checkpointable_weights(model):
     return weights
 
 
+def random_states(model):
+    """The model's random-number states (Keras seed generators: dropout), i.e. its
+    variables that are not weights."""
+    weights = {id(w) for w in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
 class NonFiniteCheck:
     """Stops training on a NaN/Inf loss, before that state is checkpointed."""
 
@@ -373,6 +391,6 @@ def _format_seconds(seconds):
 
 def write_results(path, results):
     """Writes `key = value` lines, sorted by key, like the original eval_results.txt."""
-    with tf.io.gfile.GFile(path, "w") as f:
+    with atomic_output(path) as f:
         for key in sorted(results):
             f.write(f"{key} = {results[key]}\n")

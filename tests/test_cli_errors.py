@@ -37,6 +37,13 @@ def files(tmp_path_factory):
     with open(train, "w") as f:
         f.write("\n".join(lines) + "\n")
     paths["glue_train"] = train
+    # Latin-1 text (a corpus saved in another encoding) and a file cut off mid-record.
+    (d / "latin1.txt").write_bytes("The caf\u00e9 was open.\nIt rained.\n".encode("latin-1"))
+    paths["latin1"] = str(d / "latin1.txt")
+    truncated = h.write_pretraining_records(d / "truncated.tfrecord", 6, MAX_SEQ, MAX_PRED)
+    with open(truncated, "r+b") as f:
+        f.truncate(os.path.getsize(truncated) * 2 // 3 + 5)  # not on a record boundary
+    paths["truncated"] = truncated
     return paths
 
 
@@ -78,6 +85,10 @@ CASES = [
     ("records-other-max-seq-length", _pretraining, dict(input_file="@records_32"),
      ["@records_32", "max_seq_length"]),
     ("glue-missing-columns", _classifier, {}, ["@glue_train", "line 3", "column"]),
+    ("records-truncated-mid-file", _pretraining, dict(input_file="@truncated"),
+     ["@truncated", "corrupt or truncated", "record 4"]),
+    ("text-not-utf8", _create_data, dict(input_file="@latin1"),
+     ["@latin1", "not UTF-8", "line 1"]),
     ("vocab-without-cls", _create_data, dict(vocab_file="@vocab_no_cls"),
      ["@vocab_no_cls", "[CLS]"]),
 ]

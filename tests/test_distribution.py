@@ -40,7 +40,7 @@ batches = [h.fixed_pretraining_batch(GLOBAL, SEQ, PRED, seed=100 + s) for s in r
 examples = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
-def dataset_fn(input_context=None):
+def dataset_fn(input_context=None, start_step=0):
     # One input pipeline on one host: the replicas take consecutive per-replica batches
     # of it, so replica r of step s sees examples [s*GLOBAL + r*per, ... + per), the
     # same examples the single device sees in its step s.

@@ -717,14 +717,14 @@ def test_etc_pretraining_task_runs_in_the_shared_trainer(tmp_path):
         "masked_lm_ids": ids[:, [2, 9, 17]], "masked_lm_weights": np.ones((n, P), np.float32),
         "next_sentence_labels": rng.integers(0, 2, size=(n, 1)).astype(np.int32),
     }
-    base = lambda ctx=None: tf.data.Dataset.from_tensor_slices(records).repeat().batch(4, drop_remainder=True)  # noqa: E731
+    base = lambda ctx=None, start_step=0: tf.data.Dataset.from_tensor_slices(records).repeat().batch(4, drop_remainder=True)  # noqa: E731
     trainer = Trainer(etc_tasks.EtcPretrainingTask(config), tf.distribute.get_strategy(), str(tmp_path),
                       optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, 4, 1),
                       steps_per_loop=2, save_checkpoints_steps=2, global_batch_size=4)
     trainer.restore_or_initialize()
     train = trainer.train(etc_tasks.etc_dataset_fn(base, config, tokens_per_global=8), 4, log_fn=lambda *_: None)
     assert np.isfinite(train["loss"]) and int(trainer.global_step.numpy()) == 4
-    results = trainer.evaluate(etc_tasks.etc_dataset_fn(lambda ctx=None: base(ctx).take(2), config, 8), -1)
+    results = trainer.evaluate(etc_tasks.etc_dataset_fn(lambda ctx=None, start_step=0: base(ctx).take(2), config, 8), -1)
     assert {"masked_lm_accuracy", "next_sentence_loss", "loss"} <= set(results)
     prefix = etc_tasks.export_etc_checkpoint(trainer.model, str(tmp_path), config)
     assert etc_modeling.EtcConfig.from_json_file(str(tmp_path / "etc_config.json")) == config

@@ -136,7 +136,7 @@ def test_loss_decreases_on_a_repeated_batch(tmp_path):
     config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     batch = h.fixed_pretraining_batch(8, 16, 4, seed=3)
 
-    def dataset_fn(input_context=None):
+    def dataset_fn(input_context=None, start_step=0):
         return tf.data.Dataset.from_tensors(batch).repeat()
 
     steps = 30

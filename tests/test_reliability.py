@@ -9,6 +9,8 @@ import tensorflow as tf
 
 import helpers_data as h
 from realformer_tf import cli, distribution, modeling, optimization
+from realformer_tf.data import pretraining as pretraining_data
+from realformer_tf.data import records as records_lib
 from realformer_tf.tasks.pretraining import PretrainingTask
 from realformer_tf.training import NonFiniteLossError, Trainer
 
@@ -20,7 +22,7 @@ def _fixed_batches_fn(seed=0, poison=False):
     if poison:  # a NaN in the data makes the loss NaN
         batch["masked_lm_weights"] = np.full_like(batch["masked_lm_weights"], np.nan)
 
-    def dataset_fn(input_context=None):
+    def dataset_fn(input_context=None, start_step=0):
         return tf.data.Dataset.from_tensors(batch).repeat()
 
     return dataset_fn
@@ -33,6 +35,83 @@ def _trainer(tmp_path, learning_rate, **config):
         optimizer_fn=lambda: optimization.create_optimizer("adamw", learning_rate, 100, 0),
         steps_per_loop=2, save_checkpoints_steps=2, global_batch_size=8,
     )
+
+
+def _seeded_trainer(model_dir):
+    keras.utils.set_random_seed(11)  # the same initial weights and dropout seeds each time
+    return _trainer(model_dir, 1e-3)  # dropout 0.1 is on
+
+
+def _weights(trainer):
+    return [w.numpy() for w in trainer.model.weights]
+
+
+def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    """Stop at step 4 (a new Trainer = a new process's state), resume to 8: the data
+    order (replayed from the seed) and the dropout seeds continue as if never stopped.
+    40 records at batch 8 also cross an epoch boundary."""
+    path = h.write_pretraining_records(tmp_path / "train.tfrecord", 40, SEQ, PRED)
+    data_fn = pretraining_data.make_dataset_fn([path], SEQ, PRED, 8, is_training=True, seed=5)
+
+    uninterrupted = _seeded_trainer(tmp_path / "full")
+    uninterrupted.restore_or_initialize()
+    uninterrupted.train(data_fn, 8, log_fn=lambda _: None)
+
+    first = _seeded_trainer(tmp_path / "parts")
+    first.restore_or_initialize()
+    first.train(data_fn, 4, log_fn=lambda _: None)
+    resumed = _seeded_trainer(tmp_path / "parts")
+    assert resumed.restore_or_initialize().endswith("ckpt-4")
+    resumed.train(data_fn, 8, log_fn=lambda _: None)
+    assert int(resumed.global_step.numpy()) == 8
+    for got, want in zip(_weights(resumed), _weights(uninterrupted)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+    # The control: restarting the data instead of replaying it gives other weights,
+    # so the comparison above can tell.
+    restarted = _seeded_trainer(tmp_path / "restarted")
+    restarted.restore_or_initialize()
+    restarted.train(data_fn, 4, log_fn=lambda _: None)
+    restarted = _seeded_trainer(tmp_path / "restarted")
+    restarted.restore_or_initialize()
+    restarted.train(lambda ctx, start_step: data_fn(ctx), 8, log_fn=lambda _: None)
+    assert max(np.abs(a - b).max() for a, b in zip(_weights(restarted), _weights(uninterrupted))) > 1e-4
+
+
+def _corrupt(path, keep_bytes=None, flip_at=None):
+    raw = bytearray(open(path, "rb").read())
+    if flip_at is not None:
+        raw[flip_at] ^= 0xFF
+    open(path, "wb").write(bytes(raw[:keep_bytes] if keep_bytes else raw))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bit flip"])
+def test_a_damaged_record_in_the_middle_of_a_file_is_named_up_front(tmp_path, damage):
+    path = h.write_pretraining_records(tmp_path / "train.tfrecord", 20, SEQ, PRED)
+    size = (tmp_path / "train.tfrecord").stat().st_size
+    if damage == "truncated":
+        _corrupt(path, keep_bytes=size // 2 + 7)
+    else:
+        _corrupt(path, flip_at=size // 2)
+    with pytest.raises(records_lib.InputError,
+                       match=r"train.tfrecord is corrupt or truncated: record (9|10) cannot be read"):
+        pretraining_data.check_files(path, SEQ, PRED)
+
+
+def test_a_damaged_record_met_during_training_is_named_and_checkpoints_kept(tmp_path):
+    """Inputs too large to read up front are checked as they are read."""
+    good = h.write_pretraining_records(tmp_path / "a.tfrecord", 16, SEQ, PRED)
+    bad = h.write_pretraining_records(tmp_path / "b.tfrecord", 16, SEQ, PRED)
+    _corrupt(bad, flip_at=(tmp_path / "b.tfrecord").stat().st_size // 2)
+    assert records_lib.check_records_readable([good, bad], max_bytes=1) is None  # "too large"
+    trainer = _trainer(tmp_path / "out", 1e-3)
+    trainer.restore_or_initialize()
+    data_fn = pretraining_data.make_dataset_fn([good, bad], SEQ, PRED, 8, is_training=True, seed=1)
+    with pytest.raises(records_lib.InputError, match=r"b.tfrecord is corrupt or truncated: record \d+ .*checkpoints are kept"):
+        with records_lib.unreadable_records_named([good, bad]):
+            trainer.train(data_fn, 40, log_fn=lambda _: None)
+    saved = tf.train.latest_checkpoint(str(tmp_path / "out"))
+    assert saved is None or trainer.checkpoint.read(saved)  # what was saved still loads
 
 
 def test_nan_loss_stops_with_step_and_last_good_checkpoint(tmp_path):
@@ -98,3 +177,30 @@ def test_output_dir_of_another_model_is_refused(tmp_path):
     (foreign / "model.ckpt-5.index").write_bytes(b"")
     with pytest.raises(cli.UsageError, match="not written by this tool"):
         cli.claim_output_dir(str(foreign), config, {"task": "pretraining"})
+
+
+def test_non_utf8_text_is_named_by_line_even_across_read_chunks(tmp_path, monkeypatch):
+    from realformer_tf.data import text_files
+
+    monkeypatch.setattr(text_files, "_CHUNK_BYTES", 3)  # characters cut between reads
+    good = tmp_path / "good.txt"
+    good.write_text("na\u00efve caf\u00e9\n\n\u65e5\u672c\u8a9e\n", encoding="utf-8")
+    text_files.check_utf8([str(good)])
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes("d\u00e9j\u00e0\nvu\n".encode("utf-8") + b"caf\xe9\n")
+    with pytest.raises(records_lib.InputError, match=r"bad.txt is not UTF-8 text: line 3 \(byte 13\) holds b'\\xe9'"):
+        text_files.check_utf8([str(good), str(bad)])
+
+
+def test_output_files_are_complete_or_absent(tmp_path):
+    from realformer_tf.fileio import atomic_output
+
+    path = tmp_path / "eval_results.txt"
+    with pytest.raises(RuntimeError):
+        with atomic_output(str(path)) as f:
+            f.write("loss = 1.0\n")
+            raise RuntimeError("killed mid-write")
+    assert not path.exists() and not list(tmp_path.iterdir())
+    with atomic_output(str(path)) as f:
+        f.write("loss = 1.0\n")
+    assert path.read_text() == "loss = 1.0\n" and list(tmp_path.iterdir()) == [path]

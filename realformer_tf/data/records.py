@@ -1,6 +1,13 @@
 """TFRecord input helpers shared by every task: file globs, checked parsing, batching."""
 
+import contextlib
+
 import tensorflow as tf
+
+# Inputs up to this size are read through once before training, so a corrupt or
+# truncated file is named before any long work; larger ones are checked as they are
+# read (a failure then names the file, and the checkpoints so far are kept).
+FULL_CHECK_BYTES = 1 << 30
 
 
 class InputError(ValueError):
@@ -43,6 +50,68 @@ def check_record_lengths(path, int_features):
             )
 
 
+def find_unreadable_record(path):
+    """(index of the first record that cannot be read, TF's reason), or None."""
+    index = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path):
+            index += 1
+    except tf.errors.DataLossError as e:
+        return index, e.message.splitlines()[0]
+    return None
+
+
+def _unreadable_error(path, found):
+    index, reason = found
+    return InputError(
+        f"{path} is corrupt or truncated: record {index} cannot be read ({reason}); "
+        "regenerate the file (or drop it from --input_file)"
+    )
+
+
+# Each TFRecord is framed by a length (8 bytes) and two CRCs (4 bytes each).
+_FRAMING_BYTES = 16
+
+
+def check_records_readable(files, max_bytes=FULL_CHECK_BYTES):
+    """Reads every record of `files` (CRC-checked) when they total at most `max_bytes`.
+    Returns the record count, or None when the files are too large to read up front.
+
+    A file cut off inside a record reads as a shorter file (TF stops at the partial
+    record without an error), so the bytes read are compared with the file's size."""
+    sizes = [tf.io.gfile.stat(f).length for f in files]
+    if sum(sizes) > max_bytes:
+        return None
+    total = 0
+    for path, size in zip(files, sizes):
+        try:
+            count, read = tf.data.TFRecordDataset(path).reduce(
+                (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+                lambda acc, r: (acc[0] + 1, acc[1] + tf.cast(tf.strings.length(r), tf.int64) + _FRAMING_BYTES))
+        except tf.errors.DataLossError:
+            raise _unreadable_error(path, find_unreadable_record(path)) from None
+        if int(read) != size:
+            raise _unreadable_error(path, (int(count), f"the file ends {size - int(read)} bytes into it"))
+        total += int(count)
+    return total
+
+
+@contextlib.contextmanager
+def unreadable_records_named(files):
+    """Turns a data-loss error met while training or evaluating on `files` into one
+    message naming the file and record (found by re-reading the files, only then)."""
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        for path in files:
+            found = find_unreadable_record(path)
+            if found:
+                raise InputError(f"{_unreadable_error(path, found)}; the run stopped there and "
+                                 "its checkpoints are kept, so a rerun resumes") from None
+        raise InputError(f"reading the input failed ({e.message.splitlines()[0]}); "
+                         "its checkpoints are kept, so a rerun resumes") from None
+
+
 def decode_record(record, name_to_features):
     """tf.Example -> dict of int32/float32 tensors (TPUs want int32)."""
     example = tf.io.parse_single_example(record, name_to_features)
@@ -57,7 +126,9 @@ def count_records(files):
 
 def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_steps=None,
                     pad_to_full_batches=False):
-    """Returns `dataset_fn(input_context)` for `distribute_datasets_from_function`.
+    """Returns `dataset_fn(input_context, start_step=0)` for
+    `distribute_datasets_from_function`; `start_step` (training) is the global step a
+    resumed run starts at.
 
     Training: each input pipeline reads its shard of the files, interleaved, repeated
     and shuffled, as the original input_fn did. Evaluation / prediction: files in order,
@@ -68,11 +139,12 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
     """
     files = list(files)
 
-    def dataset_fn(input_context=None):
-        batch_size, pipelines, pipeline_id = global_batch_size, 1, 0
+    def dataset_fn(input_context=None, start_step=0):
+        batch_size, pipelines, pipeline_id, replicas = global_batch_size, 1, 0, 1
         if input_context is not None:
             batch_size = input_context.get_per_replica_batch_size(global_batch_size)
             pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
+            replicas = input_context.num_replicas_in_sync
         # Shard by file where there are enough files, else by record.
         shard_files = len(files) >= pipelines
         d = tf.data.Dataset.from_tensor_slices(tf.constant(files))
@@ -88,6 +160,7 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
             d = d.shard(pipelines, pipeline_id)
         if is_training:
             d = d.shuffle(100, seed=seed)
+            d = _skip_consumed(d, start_step, seed, batch_size * (replicas // pipelines))
         d = d.map(lambda r: decode_record(r, spec), num_parallel_calls=tf.data.AUTOTUNE)
         if pad_to_full_batches:
             d = _pad_to_multiple(d, global_batch_size)
@@ -97,6 +170,22 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
         return d.prefetch(tf.data.AUTOTUNE)
 
     return dataset_fn
+
+
+def _skip_consumed(records, start_step, seed, records_per_step):
+    """Where a resumed run's data starts. With a seed the record order is a fixed
+    function of it, so skipping what the first `start_step` steps consumed (reading the
+    records, not decoding them) continues exactly where the interrupted run was; without
+    one the order is random anyway and a fresh shuffle serves as well."""
+    if not start_step:
+        return records
+    if seed is None:
+        print(f"Input: resumed at step {start_step} without --seed: reading a fresh shuffle", flush=True)
+        return records
+    skipped = start_step * records_per_step
+    print(f"Input: resumed at step {start_step}: skipping the {skipped} records read before "
+          "(the order is fixed by --seed)", flush=True)
+    return records.skip(skipped)
 
 
 def _pad_to_multiple(dataset, multiple):

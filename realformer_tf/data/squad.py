@@ -23,6 +23,7 @@ from official.nlp.tools import squad_evaluate_v1_1, squad_evaluate_v2_0, tokeniz
 
 from realformer_tf.data.records import InputError, decode_record
 from realformer_tf.data.vocab import check_vocab
+from realformer_tf.fileio import atomic_output, commit, temporary_name
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
@@ -200,18 +201,22 @@ def convert_examples(examples, tokenizer, max_seq_length, doc_stride, max_query_
 def write_training_features(examples, tokenizer, max_seq_length, doc_stride, max_query_length, path):
     """Converts and streams training features to `path` (train.tf_record) without keeping
     them in memory, as the original; returns the feature count."""
-    writer = squad_lib.FeatureWriter(filename=path, is_training=True)
+    temporary = temporary_name(path)
+    writer = squad_lib.FeatureWriter(filename=temporary, is_training=True)
     _convert(examples, tokenizer, max_seq_length, doc_stride, max_query_length, True,
              writer.process_feature)
     writer.close()
+    commit(temporary, path)
     return writer.num_features
 
 
 def write_features(features, path, is_training):
-    writer = squad_lib.FeatureWriter(filename=path, is_training=is_training)
+    temporary = temporary_name(path)
+    writer = squad_lib.FeatureWriter(filename=temporary, is_training=is_training)
     for feature in features:
         writer.process_feature(feature)
     writer.close()
+    commit(temporary, path)
     return writer.num_features
 
 
@@ -283,7 +288,8 @@ def postprocess(examples, features, results, n_best_size, max_answer_length, do_
 
 def write_json(records, path):
     """json.dumps(indent=4) + newline, the original files' format."""
-    squad_lib.write_to_json_files(records, path)
+    with atomic_output(path) as f:
+        f.write(json.dumps(records, indent=4) + "\n")
 
 
 # -- evaluation ------------------------------------------------------------------------

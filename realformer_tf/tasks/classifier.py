@@ -12,6 +12,7 @@ from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, modeling, optimization
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
+from realformer_tf.fileio import atomic_output, commit, temporary_name
 from realformer_tf.training import Task, Trainer, write_results
 
 
@@ -91,7 +92,7 @@ def write_test_results(path, task, logits):
     """One tab-separated row of class probabilities per example, no header (the
     original format); STS-B writes the predicted score."""
     rows = logits[:, :1] if task.is_regression else _softmax(logits)
-    with tf.io.gfile.GFile(path, "w") as f:
+    with atomic_output(path) as f:
         for row in rows:
             f.write("\t".join(str(float(p)) for p in row) + "\n")
 
@@ -99,7 +100,9 @@ def write_test_results(path, task, logits):
 def _featurize(f, task_name, task, split, tokenizer, output_dir):
     examples = glue.read_examples(task_name, f.data_dir, split)
     path = os.path.join(output_dir, f"{split}.tf_record")
-    glue.write_features(examples, task, f.max_seq_length, tokenizer, path)
+    temporary = temporary_name(path)
+    glue.write_features(examples, task, f.max_seq_length, tokenizer, temporary)
+    commit(temporary, path)
     return path, len(examples)
 
 

@@ -62,10 +62,10 @@ def to_etc_features(features, config, tokens_per_global):
 
 
 def etc_dataset_fn(dataset_fn, config, tokens_per_global):
-    """Wraps a batched BERT `dataset_fn(input_context)` to add the ETC inputs."""
+    """Wraps a batched BERT `dataset_fn(input_context, start_step)` to add the ETC inputs."""
 
-    def fn(input_context=None):
-        return dataset_fn(input_context).map(
+    def fn(input_context=None, start_step=0):
+        return dataset_fn(input_context, start_step=start_step).map(
             lambda f: to_etc_features(f, config, tokens_per_global), num_parallel_calls=tf.data.AUTOTUNE)
 
     return fn
@@ -159,21 +159,22 @@ def run_etc_pretraining(flags_):
             files, f.max_seq_length, f.max_predictions_per_seq, batch_size, is_training=is_training,
             seed=f.seed, max_steps=max_steps), config, tpg)
 
-    if f.do_train:
-        print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
-        trainer.train(dataset(f.train_batch_size, True), f.num_train_steps,
-                      summary_dir=os.path.join(f.output_dir, "summaries", "train"))
-        prefix = export_etc_checkpoint(trainer.model, f.output_dir, config)
-        print(f"ETC checkpoint for fine-tuning: {prefix}", flush=True)
-    if f.do_eval:
-        results = trainer.evaluate(dataset(f.eval_batch_size, False, f.max_eval_steps), -1,
-                                   summary_dir=os.path.join(f.output_dir, "summaries", "eval"))
-        path = os.path.join(f.output_dir, "eval_results.txt")
-        write_results(path, results)
-        print("***** Eval results *****")
-        for key in sorted(results):
-            print(f"  {key} = {results[key]}")
-        print(f"Written to {path}", flush=True)
+    with records.unreadable_records_named(files):  # a corrupt record met later: named
+        if f.do_train:
+            print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
+            trainer.train(dataset(f.train_batch_size, True), f.num_train_steps,
+                          summary_dir=os.path.join(f.output_dir, "summaries", "train"))
+            prefix = export_etc_checkpoint(trainer.model, f.output_dir, config)
+            print(f"ETC checkpoint for fine-tuning: {prefix}", flush=True)
+        if f.do_eval:
+            results = trainer.evaluate(dataset(f.eval_batch_size, False, f.max_eval_steps), -1,
+                                       summary_dir=os.path.join(f.output_dir, "summaries", "eval"))
+            path = os.path.join(f.output_dir, "eval_results.txt")
+            write_results(path, results)
+            print("***** Eval results *****")
+            for key in sorted(results):
+                print(f"  {key} = {results[key]}")
+            print(f"Written to {path}", flush=True)
 
 
 def run_etc_classifier(flags_):

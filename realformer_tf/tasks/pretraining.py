@@ -8,6 +8,7 @@ from absl import logging
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, modeling, optimization
 from realformer_tf.data import pretraining as data
+from realformer_tf.data import records
 from realformer_tf.training import Task, Trainer, write_results
 
 
@@ -96,27 +97,28 @@ def run_pretraining(flags_):
     print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
           else (trainer.init_message or "Training from scratch (no --init_checkpoint)"), flush=True)
 
-    if f.do_train:
-        print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
-        trainer.train(
-            data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
-                                 f.train_batch_size, is_training=True, seed=f.seed),
-            f.num_train_steps,
-            summary_dir=os.path.join(out_dir, "summaries", "train"),
-        )
-        prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
-        print(f"Original-named checkpoint for fine-tuning: {prefix}", flush=True)
+    with records.unreadable_records_named(files):  # a corrupt record met later: named
+        if f.do_train:
+            print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
+            trainer.train(
+                data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
+                                     f.train_batch_size, is_training=True, seed=f.seed),
+                f.num_train_steps,
+                summary_dir=os.path.join(out_dir, "summaries", "train"),
+            )
+            prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
+            print(f"Original-named checkpoint for fine-tuning: {prefix}", flush=True)
 
-    if f.do_eval:
-        results = trainer.evaluate(
-            data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
-                                 f.eval_batch_size, is_training=False, max_steps=f.max_eval_steps),
-            -1,
-            summary_dir=os.path.join(out_dir, "summaries", "eval"),
-        )
-        path = os.path.join(out_dir, "eval_results.txt")
-        write_results(path, results)
-        print("***** Eval results *****")
-        for key in sorted(results):
-            print(f"  {key} = {results[key]}")
-        print(f"Written to {path}", flush=True)
+        if f.do_eval:
+            results = trainer.evaluate(
+                data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
+                                     f.eval_batch_size, is_training=False, max_steps=f.max_eval_steps),
+                -1,
+                summary_dir=os.path.join(out_dir, "summaries", "eval"),
+            )
+            path = os.path.join(out_dir, "eval_results.txt")
+            write_results(path, results)
+            print("***** Eval results *****")
+            for key in sorted(results):
+                print(f"  {key} = {results[key]}")
+            print(f"Written to {path}", flush=True)
