@@ -1,15 +1,9 @@
 """Pretraining end to end: raw text -> create_pretraining_data.py -> run_pretraining.py
-with the original flags; the training loop learns; a killed run resumes."""
+with the original flags; the training loop learns (kill -9 and resume: test_kill_resume.py)."""
 
 import math
 import os
-import re
-import signal
-import subprocess
-import sys
-import time
 
-import numpy as np
 import pytest
 
 import helpers_data as h
@@ -61,15 +55,6 @@ def _read_results(path):
             key, value = line.split(" = ")
             results[key.strip()] = float(value)
     return results
-
-
-def _checkpoint_step(prefix):
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(prefix)
-    keys = [k for k in reader.get_variable_to_shape_map() if "global_step" in k]
-    assert keys, f"no global_step in {prefix}"
-    return int(reader.get_tensor(keys[0]))
 
 
 @pytest.mark.slow
@@ -156,69 +141,6 @@ def test_loss_decreases_on_a_repeated_batch(tmp_path):
     assert after["masked_lm_loss"] < 0.5 * before["masked_lm_loss"], (before, after)
     assert after["next_sentence_loss"] < before["next_sentence_loss"], (before, after)
     assert after["loss"] == pytest.approx(after["masked_lm_loss"] + after["next_sentence_loss"])
-
-
-def _saved_step(output_dir):
-    """Step of the checkpoint the `checkpoint` state file points at (-1: none yet). The
-    state file is rewritten atomically only after a save completes, so a ckpt-N.index
-    alone does not count."""
-    try:
-        with open(os.path.join(output_dir, "checkpoint")) as f:
-            match = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', f.read(), re.M)
-    except OSError:
-        return -1
-    return int(match.group(1)) if match else -1
-
-
-@pytest.mark.slow
-def test_kill_9_then_resume(corpus, tmp_path):
-    import tensorflow as tf
-
-    from realformer_tf import modeling
-
-    out = str(tmp_path / "out")
-    args = lambda steps: _pretraining_args(  # noqa: E731
-        corpus, out, num_train_steps=steps, num_warmup_steps=2, do_eval=False,
-        save_checkpoints_steps=5, iterations_per_loop=5, seed=7)
-    cmd = [sys.executable, os.path.join(h.ROOT, "run_pretraining.py"), *args(400)]
-    with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=h.ROOT, env=h.script_env(), stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 300
-        try:
-            while time.time() < deadline and proc.poll() is None:
-                if _saved_step(out) >= 5:
-                    break
-                time.sleep(0.05)
-            running = proc.poll() is None
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-    log_text = (tmp_path / "first.log").read_text()
-    assert running, f"the first run ended before it could be killed:\n{log_text}"
-    assert proc.returncode == -signal.SIGKILL
-    assert not os.path.exists(os.path.join(out, "bert_model.ckpt.index"))
-
-    latest = tf.train.latest_checkpoint(out)
-    assert latest is not None, os.listdir(out)
-    killed_at = _checkpoint_step(latest)
-    assert killed_at >= 5 and killed_at % 5 == 0
-    target = max(20, killed_at + 10)
-    print(f"killed -9 with the latest complete checkpoint at step {killed_at}; resuming to {target}")
-
-    proc = h.run_script("run_pretraining.py", *args(target))
-    _check(proc, "resumed run_pretraining.py")
-    assert f"Resumed from {latest} at step {killed_at}" in proc.stdout, proc.stdout
-    assert "Training from scratch" not in proc.stdout
-    final = tf.train.latest_checkpoint(out)
-    assert _checkpoint_step(final) == target
-
-    model = modeling.BertPretrainingModel(modeling.BertConfig.from_json_file(corpus["config"]))
-    model.load_bert_checkpoint(os.path.join(out, "bert_model.ckpt"))
-    reader = tf.train.load_checkpoint(os.path.join(out, "bert_model.ckpt"))
-    np.testing.assert_array_equal(model.masked_lm.output_bias.numpy(),
-                                  reader.get_tensor("cls/predictions/output_bias"))
 
 
 def test_evaluation_to_the_end_of_the_data_counts_every_batch_once(tmp_path):

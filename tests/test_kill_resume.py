@@ -1,0 +1,157 @@
+"""kill -9 at random points of pretraining and fine-tuning: each rerun resumes from the
+last complete checkpoint, loses at most one save interval, and the run ends with the
+weights of an uninterrupted run (same --seed: the data order is replayed and the
+dropout seeds are checkpointed).
+
+Every kill is a real SIGKILL of a run_*.py subprocess, at a random step (plus a random
+delay, so some land inside a save) or during start-up. `pytest -s` prints the tally.
+"""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import helpers_data as h
+
+SAVE_EVERY = 4
+KILLS = int(os.environ.get("REALFORMER_KILLS", "3"))  # per test; more for a longer tally
+STEP_LINE = re.compile(r"^step (\d+)/(\d+) ", re.M)
+RESUMED_LINE = re.compile(r"^Resumed from \S+ at step (\d+)$", re.M)
+
+
+def _command(script, args):
+    return [sys.executable, os.path.join(h.ROOT, script), *args]
+
+
+def _run_to_completion(script, args, log_path):
+    with open(log_path, "w") as log:
+        proc = subprocess.run(_command(script, args), cwd=h.ROOT, env=h.script_env(PYTHONUNBUFFERED="1"),
+                              stdout=log, stderr=subprocess.STDOUT, timeout=600)
+    text = open(log_path).read()
+    assert proc.returncode == 0, f"{script} failed ({proc.returncode}):\n{text[-3000:]}"
+    return text
+
+
+def _run_and_kill(script, args, log_path, kill_at_step, delay, timeout=300):
+    """Starts the script and SIGKILLs it once it has printed step `kill_at_step` (None:
+    `delay` seconds after the start) and `delay` more seconds have passed. Returns
+    (log text, whether it was killed)."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(_command(script, args), cwd=h.ROOT, env=h.script_env(PYTHONUNBUFFERED="1"),
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + timeout
+            while proc.poll() is None and time.time() < deadline:
+                steps = [int(s) for s, _ in STEP_LINE.findall(open(log_path).read())]
+                if kill_at_step is None or (steps and steps[-1] >= kill_at_step):
+                    time.sleep(delay)
+                    break
+                time.sleep(0.02)
+            killed = proc.poll() is None
+            if killed:
+                os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    text = open(log_path).read()
+    assert killed or proc.returncode == 0, f"{script} failed ({proc.returncode}):\n{text[-3000:]}"
+    return text, killed
+
+
+def _kill_and_resume(script, args, tmp_path, total_steps, kills, seed):
+    """Kills the run `kills` times at random points, then lets it finish; returns the
+    per-kill (last step printed before the kill, step the rerun resumed at)."""
+    rng = random.Random(seed)
+    plan = [(None, rng.uniform(1.0, 4.0))]  # once during start-up / set-up
+    plan += [(rng.randrange(1, total_steps), rng.uniform(0.0, 0.3)) for _ in range(kills - 1)]
+    last_seen, resumed_at = [], []
+    for attempt, (step, delay) in enumerate(plan):
+        text, killed = _run_and_kill(script, args, tmp_path / f"attempt{attempt}.log", step, delay)
+        match = RESUMED_LINE.search(text)
+        if attempt:
+            resumed_at.append(int(match.group(1)) if match else 0)
+        if not killed:
+            break
+        steps = [int(s) for s, _ in STEP_LINE.findall(text)]
+        last_seen.append(max(steps, default=resumed_at[-1] if resumed_at else 0))
+    final = _run_to_completion(script, args, tmp_path / "final.log")
+    match = RESUMED_LINE.search(final)
+    resumed_at.append(int(match.group(1)) if match else 0)
+    return list(zip(last_seen, resumed_at))
+
+
+def _max_weight_difference(prefix_a, prefix_b):
+    import tensorflow as tf
+
+    a, b = tf.train.load_checkpoint(prefix_a), tf.train.load_checkpoint(prefix_b)
+    names = sorted(a.get_variable_to_shape_map())
+    assert names == sorted(b.get_variable_to_shape_map())
+    return max(float(np.max(np.abs(a.get_tensor(n) - b.get_tensor(n)))) for n in names)
+
+
+def _report(what, outcomes, difference):
+    lost = [max(0, seen - resumed) for seen, resumed in outcomes]
+    print(f"\n{what}: {len(outcomes)} kill(s); (last step printed, resumed at): {outcomes}; "
+          f"steps lost per kill: {lost}; max |weight difference| vs uninterrupted: {difference:.3g}")
+    return lost
+
+
+def _check(outcomes, lost, difference):
+    assert outcomes, "no kill landed"
+    for (seen, resumed), steps_lost in zip(outcomes, lost):
+        assert steps_lost <= SAVE_EVERY, (seen, resumed)
+    assert difference <= 1e-5
+
+
+@pytest.mark.slow
+def test_pretraining_killed_at_random_points(tmp_path):
+    seq, pred, steps = 32, 5, 40
+    records = h.write_pretraining_records(tmp_path / "train.tfrecord", 72, seq, pred)
+    config = h.write_config(tmp_path / "bert_config.json", residual_attention=True)
+
+    def args(output_dir):
+        return h.flags(input_file=records, output_dir=output_dir, do_train=True, do_eval=False,
+                       bert_config_file=config, train_batch_size=8, max_seq_length=seq,
+                       max_predictions_per_seq=pred, num_train_steps=steps, num_warmup_steps=4,
+                       learning_rate=1e-3, save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1,
+                       keep_checkpoint_max=2, seed=7)
+
+    reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
+    (tmp_path / "logs").mkdir()
+    _run_to_completion("run_pretraining.py", args(reference), tmp_path / "reference.log")
+    outcomes = _kill_and_resume("run_pretraining.py", args(killed), tmp_path / "logs", steps, KILLS, seed=1)
+    difference = _max_weight_difference(os.path.join(reference, "bert_model.ckpt"),
+                                         os.path.join(killed, "bert_model.ckpt"))
+    _check(outcomes, _report("pretraining", outcomes, difference), difference)
+
+
+@pytest.mark.slow
+def test_fine_tuning_killed_at_random_points(tmp_path):
+    data_dir = h.write_glue_mrpc(str(tmp_path / "mrpc"), num_train=96, num_dev=12)
+    vocab = h.write_vocab(tmp_path / "vocab.txt")
+    config = h.write_config(tmp_path / "bert_config.json", layer_norm_type="normformer")
+    steps = 96 // 4 * 2
+
+    def args(output_dir):
+        return h.flags(task_name="MRPC", data_dir=data_dir, vocab_file=vocab, bert_config_file=config,
+                       output_dir=output_dir, do_train=True, do_eval=True, max_seq_length=24,
+                       train_batch_size=4, eval_batch_size=4, num_train_epochs=2, learning_rate=1e-3,
+                       save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1, seed=3)
+
+    reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
+    (tmp_path / "logs").mkdir()
+    _run_to_completion("run_classifier.py", args(reference), tmp_path / "reference.log")
+    outcomes = _kill_and_resume("run_classifier.py", args(killed), tmp_path / "logs", steps, KILLS, seed=2)
+    difference = _max_weight_difference(os.path.join(reference, "bert_model.ckpt"),
+                                        os.path.join(killed, "bert_model.ckpt"))
+    _check(outcomes, _report("fine-tuning (MRPC)", outcomes, difference), difference)
+    with open(os.path.join(reference, "eval_results.txt")) as a, open(os.path.join(killed, "eval_results.txt")) as b:
+        assert a.read() == b.read()
