@@ -157,6 +157,40 @@ def test_48_layer_running_sums_stay_finite_in_half_precision(policy):
         keras.mixed_precision.set_global_policy("float32")
 
 
+VARIANTS = {
+    "bert": {},
+    "realformer": dict(residual_attention=True),
+    "realformer-running-mean": dict(residual_attention=True, use_running_mean=True),
+    "pre-ln": dict(layer_norm_type="pre"),
+    "normformer": dict(layer_norm_type="normformer"),
+    "realformer-normformer": dict(layer_norm_type="normformer", residual_attention=True),
+}
+
+
+@pytest.mark.slow  # ~10 s per case, nearly all of it tracing the training loop
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_half_precision_training_of_every_variant_stays_finite(tmp_path, variant, precision):
+    """A few optimizer steps at a high learning rate through the shared loop (float16:
+    dynamic loss scaling), 2 layers (depth: the 48-layer test), padded examples."""
+    float16 = distribution.set_mixed_precision(precision)
+    try:
+        keras.utils.set_random_seed(0)
+        task = PretrainingTask(h.tiny_config(**VARIANTS[variant]))
+        trainer = Trainer(
+            task, tf.distribute.get_strategy(), str(tmp_path),
+            optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-2, 6, 1, float16_loss_scaling=float16),
+            steps_per_loop=3, save_checkpoints_steps=3, global_batch_size=8,
+        )
+        trainer.restore_or_initialize()
+        metrics = trainer.train(_fixed_batches_fn(), 6, log_fn=lambda _: None)
+        assert np.isfinite(metrics["loss"]), metrics
+        assert all(np.isfinite(w.numpy().astype(np.float32)).all() for w in trainer.model.weights)
+        assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer) == float16
+    finally:
+        distribution.set_mixed_precision("none")
+
+
 def test_batch_not_divisible_by_replicas_is_refused():
     fake = types.SimpleNamespace(num_replicas_in_sync=8)
     with pytest.raises(cli.UsageError, match=r"--train_batch_size=12 is not divisible by the 8 replicas"):

@@ -39,7 +39,9 @@ class MaskedLMHead(keras.layers.Layer):
         )
         self.transform_dense.build((None, hidden))
         self.transform_layer_norm.build((None, hidden))
-        self.output_bias = self.add_weight(name="output_bias", shape=(self.vocab_size,), initializer="zeros")
+        # autocast=False: the bias is added to the float32 logits in float32.
+        self.output_bias = self.add_weight(name="output_bias", shape=(self.vocab_size,), initializer="zeros",
+                                           autocast=False)
         super().build(sequence_output_shape)
 
     def call(self, sequence_output, positions, embedding_table):
@@ -71,7 +73,8 @@ class BertLogits(keras.layers.Layer):
             name="output_weights", shape=(self.num_outputs, input_shape[-1]),
             initializer=_truncated_normal(self.initializer_range),
         )
-        self.output_bias = self.add_weight(name="output_bias", shape=(self.num_outputs,), initializer="zeros")
+        self.output_bias = self.add_weight(name="output_bias", shape=(self.num_outputs,), initializer="zeros",
+                                           autocast=False)  # added in float32
         super().build(input_shape)
 
     def call(self, x):
