@@ -85,6 +85,8 @@ CASES = [
     ("records-other-max-seq-length", _pretraining, dict(input_file="@records_32"),
      ["@records_32", "max_seq_length"]),
     ("glue-missing-columns", _classifier, {}, ["@glue_train", "line 3", "column"]),
+    ("sequence-longer-than-positions", _classifier, dict(max_seq_length=65),
+     ["--max_seq_length=65", "max_position_embeddings=64", "@config"]),
     ("records-truncated-mid-file", _pretraining, dict(input_file="@truncated"),
      ["@truncated", "corrupt or truncated", "record 4"]),
     ("text-not-utf8", _create_data, dict(input_file="@latin1"),

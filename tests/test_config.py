@@ -168,6 +168,13 @@ def test_invalid_json_file(tmp_path):
         BertConfig.from_json_file(write_json(tmp_path, "[1, 2]", name="list.json"))
 
 
+def test_config_not_utf8(tmp_path):
+    path = tmp_path / "bert_config.json"
+    path.write_bytes('{"vocab_size": 10, "comment": "caf\u00e9"}'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="bert_config.json is not UTF-8 text"):
+        BertConfig.from_json_file(str(path))
+
+
 def test_missing_file(tmp_path):
     path = str(tmp_path / "absent" / "bert_config.json")
     with pytest.raises(ConfigError, match="does not exist") as err:

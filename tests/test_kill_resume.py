@@ -71,7 +71,8 @@ def _kill_and_resume(script, args, tmp_path, total_steps, kills, seed):
     per-kill (last step printed before the kill, step the rerun resumed at)."""
     rng = random.Random(seed)
     plan = [(None, rng.uniform(1.0, 4.0))]  # once during start-up / set-up
-    plan += [(rng.randrange(1, total_steps), rng.uniform(0.0, 0.3)) for _ in range(kills - 1)]
+    steps = sorted(rng.randrange(1, total_steps) for _ in range(kills - 1))  # spread over the run
+    plan += [(step, rng.uniform(0.0, 0.3)) for step in steps]
     last_seen, resumed_at = [], []
     for attempt, (step, delay) in enumerate(plan):
         text, killed = _run_and_kill(script, args, tmp_path / f"attempt{attempt}.log", step, delay)

@@ -1,5 +1,6 @@
 """Numerical safety, determinism and start-up refusals of the shared training loop."""
 
+import os
 import types
 
 import keras
@@ -238,3 +239,25 @@ def test_output_files_are_complete_or_absent(tmp_path):
     with atomic_output(str(path)) as f:
         f.write("loss = 1.0\n")
     assert path.read_text() == "loss = 1.0\n" and list(tmp_path.iterdir()) == [path]
+
+
+def test_every_text_reader_refuses_non_utf8(tmp_path):
+    """GLUE TSV, SQuAD JSON and vocab files in Latin-1 (a common export mistake)."""
+    from realformer_tf.data import glue, squad, vocab
+
+    latin1 = "caf\u00e9".encode("latin-1")
+    mrpc = h.write_glue_mrpc(str(tmp_path / "mrpc"))
+    with open(os.path.join(mrpc, "dev.tsv"), "ab") as f:
+        f.write(b"1\t7\t8\t" + latin1 + b"\tok\n")
+    with pytest.raises(records_lib.InputError, match=r"dev.tsv is not UTF-8"):
+        glue.read_examples("mrpc", mrpc, "dev")
+    squad_file = tmp_path / "dev.json"
+    squad_file.write_bytes(b'{"data": [], "version": "' + latin1 + b'"}')
+    with pytest.raises(records_lib.InputError, match=r"--predict_file .*dev.json is not UTF-8"):
+        squad.load_squad_file(str(squad_file), "predict_file", False, False)
+    vocab_file = tmp_path / "vocab.txt"
+    vocab_file.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n" + latin1 + b"\n")
+    with pytest.raises(records_lib.InputError, match=r"--vocab_file .*vocab.txt is not UTF-8"):
+        vocab.check_vocab(str(vocab_file))
+    with pytest.raises(records_lib.InputError, match=r"--vocab_file .*absent.txt does not exist"):
+        vocab.check_vocab(str(tmp_path / "absent.txt"))
