@@ -4,7 +4,9 @@ Built on orbit (Model Garden's loop library): `iterations_per_loop` steps run in
 one compiled `tf.while_loop` call, as TPUEstimator did; checkpoints go through
 `tf.train.CheckpointManager` (bounded count; the `checkpoint` index is updated only
 after a save completes, so a crash never points at a half-written checkpoint); a rerun
-with the same output_dir resumes from the latest checkpoint and global step.
+with the same output_dir resumes from the latest checkpoint: weights, optimizer state,
+global step and dropout seeds, and the data where it stopped (the dataset function is
+told the step it starts at), so it ends where an uninterrupted run would.
 
 A task supplies the model and, per batch, `{metric: (sum, count)}` pairs; the loss is
 the sum of the means of the task's `loss_terms`, each normalized by the count over the
