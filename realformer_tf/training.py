@@ -25,6 +25,18 @@ from absl import logging
 from realformer_tf.fileio import atomic_output
 
 
+def _orbit_log(message):
+    """orbit prints every loop's output dict (several lines) besides logging it; the
+    progress line below says the same in one line, so of orbit's messages only those
+    about checkpoints reach stdout; all of them stay in the absl log."""
+    logging.info(message)
+    if message.startswith(("saved checkpoint", "restored")):
+        print(message, flush=True)
+
+
+orbit.controller._log = _orbit_log  # a module function orbit looks up on each call
+
+
 class Task:
     """What a training job is about. Subclasses implement the three methods and name
     the metrics `metric_sums` returns; the loss is the sum of the `loss_terms` means."""
@@ -165,6 +177,10 @@ class Trainer:
             step_counter=self.global_step,
             checkpoint_interval=max(1, int(save_checkpoints_steps)),
         )
+        if self.checkpoint_manager.latest_checkpoint is None:
+            # Save at multiples of save_checkpoints_steps, as TPUEstimator did: TF's manager
+            # would save at the first loop's end and every interval after that.
+            self.checkpoint_manager._last_checkpoint_step = 0
         self.init_message = None
 
     # -- set-up -------------------------------------------------------------------------

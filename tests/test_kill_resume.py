@@ -108,6 +108,7 @@ def _report(what, outcomes, difference):
 def _check(outcomes, lost, difference):
     assert outcomes, "no kill landed"
     for (seen, resumed), steps_lost in zip(outcomes, lost):
+        assert resumed % SAVE_EVERY == 0, (seen, resumed)  # saves at multiples of the interval
         assert steps_lost <= SAVE_EVERY, (seen, resumed)
     assert difference <= 1e-5
 
