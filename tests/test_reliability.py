@@ -11,6 +11,7 @@ import tensorflow as tf
 import helpers_data as h
 from realformer_tf import cli, distribution, modeling, optimization
 from realformer_tf.data import pretraining as pretraining_data
+from realformer_tf.data import integrity
 from realformer_tf.data import records as records_lib
 from realformer_tf.tasks.pretraining import PretrainingTask
 from realformer_tf.training import NonFiniteLossError, Trainer
@@ -99,17 +100,35 @@ def test_a_damaged_record_in_the_middle_of_a_file_is_named_up_front(tmp_path, da
         pretraining_data.check_files(path, SEQ, PRED)
 
 
+def test_inputs_too_large_to_read_up_front_still_have_their_file_ends_checked(tmp_path, monkeypatch):
+    """Above the read-through limit only each file's end is read: it must end right
+    after a record (whose length CRC matches: our CRC-32C agrees with TF's)."""
+    monkeypatch.setattr(integrity, "_TAIL_BYTES", 64)  # smaller than one record
+    path = h.write_pretraining_records(tmp_path / "big.tfrecord", 12, SEQ, PRED)
+    size = (tmp_path / "big.tfrecord").stat().st_size
+    assert integrity.check_records_readable([path], max_bytes=1) is None
+    record = size // 12 + 1  # records differ by a few bytes: not an exact boundary
+    for cut in (5, record // 2, record - 3):
+        with open(path, "r+b") as f:
+            f.truncate(size - cut)
+        with pytest.raises(records_lib.InputError, match=r"big.tfrecord is corrupt or truncated: the last record"):
+            integrity.check_records_readable([path], max_bytes=1)
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    assert integrity.check_records_readable([str(empty)], max_bytes=-1) is None
+
+
 def test_a_damaged_record_met_during_training_is_named_and_checkpoints_kept(tmp_path):
     """Inputs too large to read up front are checked as they are read."""
     good = h.write_pretraining_records(tmp_path / "a.tfrecord", 16, SEQ, PRED)
     bad = h.write_pretraining_records(tmp_path / "b.tfrecord", 16, SEQ, PRED)
     _corrupt(bad, flip_at=(tmp_path / "b.tfrecord").stat().st_size // 2)
-    assert records_lib.check_records_readable([good, bad], max_bytes=1) is None  # "too large"
+    assert integrity.check_records_readable([good, bad], max_bytes=1) is None  # "too large"
     trainer = _trainer(tmp_path / "out", 1e-3)
     trainer.restore_or_initialize()
     data_fn = pretraining_data.make_dataset_fn([good, bad], SEQ, PRED, 8, is_training=True, seed=1)
     with pytest.raises(records_lib.InputError, match=r"b.tfrecord is corrupt or truncated: record \d+ .*checkpoints are kept"):
-        with records_lib.unreadable_records_named([good, bad]):
+        with integrity.unreadable_records_named([good, bad]):
             trainer.train(data_fn, 40, log_fn=lambda _: None)
     saved = tf.train.latest_checkpoint(str(tmp_path / "out"))
     assert saved is None or trainer.checkpoint.read(saved)  # what was saved still loads

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from realformer_tf.data import records
+from realformer_tf.data import integrity, records
 from realformer_tf.data.records import check_record_lengths, expand_input_files
 
 
@@ -21,16 +21,16 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
 
 def check_files(input_file, max_seq_length, max_predictions_per_seq):
     """Expands --input_file and checks, up front, the first file's record layout and
-    (for inputs up to records.FULL_CHECK_BYTES) that every record is readable."""
+    that the records are whole (see data.integrity)."""
     files = expand_input_files(input_file)
     check_record_lengths(files[0], {
         "input_ids": max_seq_length,
         "masked_lm_positions": max_predictions_per_seq,
         "next_sentence_labels": 1,
     })
-    count = records.check_records_readable(files)
+    count = integrity.check_records_readable(files)
     print(f"Input: {len(files)} file(s)" + (f", {count} records, all readable" if count is not None
-          else "; too large to read through up front, records are checked as they are read"),
+          else "; too large to read through up front: file ends checked, records checked as read"),
           flush=True)
     return files
 

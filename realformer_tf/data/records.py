@@ -1,13 +1,6 @@
 """TFRecord input helpers shared by every task: file globs, checked parsing, batching."""
 
-import contextlib
-
 import tensorflow as tf
-
-# Inputs up to this size are read through once before training, so a corrupt or
-# truncated file is named before any long work; larger ones are checked as they are
-# read (a failure then names the file, and the checkpoints so far are kept).
-FULL_CHECK_BYTES = 1 << 30
 
 
 class InputError(ValueError):
@@ -48,68 +41,6 @@ def check_record_lengths(path, int_features):
                 f"{path}: feature {name!r} has length {found} but the flags expect {length}; "
                 "regenerate the data or set --max_seq_length / --max_predictions_per_seq to match"
             )
-
-
-def find_unreadable_record(path):
-    """(index of the first record that cannot be read, TF's reason), or None."""
-    index = 0
-    try:
-        for _ in tf.data.TFRecordDataset(path):
-            index += 1
-    except tf.errors.DataLossError as e:
-        return index, e.message.splitlines()[0]
-    return None
-
-
-def _unreadable_error(path, found):
-    index, reason = found
-    return InputError(
-        f"{path} is corrupt or truncated: record {index} cannot be read ({reason}); "
-        "regenerate the file (or drop it from --input_file)"
-    )
-
-
-# Each TFRecord is framed by a length (8 bytes) and two CRCs (4 bytes each).
-_FRAMING_BYTES = 16
-
-
-def check_records_readable(files, max_bytes=FULL_CHECK_BYTES):
-    """Reads every record of `files` (CRC-checked) when they total at most `max_bytes`.
-    Returns the record count, or None when the files are too large to read up front.
-
-    A file cut off inside a record reads as a shorter file (TF stops at the partial
-    record without an error), so the bytes read are compared with the file's size."""
-    sizes = [tf.io.gfile.stat(f).length for f in files]
-    if sum(sizes) > max_bytes:
-        return None
-    total = 0
-    for path, size in zip(files, sizes):
-        try:
-            count, read = tf.data.TFRecordDataset(path).reduce(
-                (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
-                lambda acc, r: (acc[0] + 1, acc[1] + tf.cast(tf.strings.length(r), tf.int64) + _FRAMING_BYTES))
-        except tf.errors.DataLossError:
-            raise _unreadable_error(path, find_unreadable_record(path)) from None
-        if int(read) != size:
-            raise _unreadable_error(path, (int(count), f"the file ends {size - int(read)} bytes into it"))
-        total += int(count)
-    return total
-
-
-@contextlib.contextmanager
-def unreadable_records_named(files):
-    """Turns a data-loss error met while training or evaluating on `files` into one
-    message naming the file and record (found by re-reading the files, only then)."""
-    try:
-        yield
-    except tf.errors.DataLossError as e:
-        for path in files:
-            found = find_unreadable_record(path)
-            if found:
-                raise InputError(f"{_unreadable_error(path, found)}; the run stopped there and "
-                                 "its checkpoints are kept, so a rerun resumes") from None
-        raise InputError(f"reading the input failed ({e.message.splitlines()[0]}); "
-                         "its checkpoints are kept, so a rerun resumes") from None
 
 
 def decode_record(record, name_to_features):

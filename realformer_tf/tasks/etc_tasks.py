@@ -20,7 +20,7 @@ from absl import flags, logging
 
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, etc_modeling, optimization
-from realformer_tf.data import etc_inputs, records
+from realformer_tf.data import etc_inputs, integrity, records
 from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.tasks import classifier as bert_classifier
 from realformer_tf.tasks.classifier import ClassifierTask
@@ -159,7 +159,7 @@ def run_etc_pretraining(flags_):
             files, f.max_seq_length, f.max_predictions_per_seq, batch_size, is_training=is_training,
             seed=f.seed, max_steps=max_steps), config, tpg)
 
-    with records.unreadable_records_named(files):  # a corrupt record met later: named
+    with integrity.unreadable_records_named(files):  # a corrupt record met later: named
         if f.do_train:
             print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
             trainer.train(dataset(f.train_batch_size, True), f.num_train_steps,

@@ -8,7 +8,7 @@ from absl import logging
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, modeling, optimization
 from realformer_tf.data import pretraining as data
-from realformer_tf.data import records
+from realformer_tf.data import integrity
 from realformer_tf.training import Task, Trainer, write_results
 
 
@@ -97,7 +97,7 @@ def run_pretraining(flags_):
     print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
           else (trainer.init_message or "Training from scratch (no --init_checkpoint)"), flush=True)
 
-    with records.unreadable_records_named(files):  # a corrupt record met later: named
+    with integrity.unreadable_records_named(files):  # a corrupt record met later: named
         if f.do_train:
             print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
             trainer.train(
