@@ -407,6 +407,17 @@ def _format_seconds(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def report_results(output_dir, results, heading="Eval results"):
+    """Writes output_dir/eval_results.txt and prints the same lines; returns its path."""
+    path = os.path.join(output_dir, "eval_results.txt")
+    write_results(path, results)
+    print(f"***** {heading} *****")
+    for key in sorted(results):
+        print(f"  {key} = {results[key]}")
+    print(f"Written to {path}", flush=True)
+    return path
+
+
 def write_results(path, results):
     """Writes `key = value` lines, sorted by key, like the original eval_results.txt."""
     with atomic_output(path) as f:

@@ -98,19 +98,24 @@ def _max_weight_difference(prefix_a, prefix_b):
     return max(float(np.max(np.abs(a.get_tensor(n) - b.get_tensor(n)))) for n in names)
 
 
-def _report(what, outcomes, difference):
+def _compare_with_uninterrupted(what, script, args, tmp_path, total_steps, seed):
+    """Runs `script` uninterrupted and, in another output_dir, killed KILLS times;
+    checks the kills' losses and the final weights. Returns the two output dirs."""
+    reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
+    (tmp_path / "logs").mkdir()
+    _run_to_completion(script, args(reference), tmp_path / "reference.log")
+    outcomes = _kill_and_resume(script, args(killed), tmp_path / "logs", total_steps, KILLS, seed)
+    difference = _max_weight_difference(os.path.join(reference, "bert_model.ckpt"),
+                                        os.path.join(killed, "bert_model.ckpt"))
     lost = [max(0, seen - resumed) for seen, resumed in outcomes]
     print(f"\n{what}: {len(outcomes)} kill(s); (last step printed, resumed at): {outcomes}; "
           f"steps lost per kill: {lost}; max |weight difference| vs uninterrupted: {difference:.3g}")
-    return lost
-
-
-def _check(outcomes, lost, difference):
     assert outcomes, "no kill landed"
     for (seen, resumed), steps_lost in zip(outcomes, lost):
         assert resumed % SAVE_EVERY == 0, (seen, resumed)  # saves at multiples of the interval
         assert steps_lost <= SAVE_EVERY, (seen, resumed)
     assert difference <= 1e-5
+    return reference, killed
 
 
 @pytest.mark.slow
@@ -126,13 +131,7 @@ def test_pretraining_killed_at_random_points(tmp_path):
                        learning_rate=1e-3, save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1,
                        keep_checkpoint_max=2, seed=7)
 
-    reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
-    (tmp_path / "logs").mkdir()
-    _run_to_completion("run_pretraining.py", args(reference), tmp_path / "reference.log")
-    outcomes = _kill_and_resume("run_pretraining.py", args(killed), tmp_path / "logs", steps, KILLS, seed=1)
-    difference = _max_weight_difference(os.path.join(reference, "bert_model.ckpt"),
-                                         os.path.join(killed, "bert_model.ckpt"))
-    _check(outcomes, _report("pretraining", outcomes, difference), difference)
+    _compare_with_uninterrupted("pretraining", "run_pretraining.py", args, tmp_path, steps, seed=1)
 
 
 @pytest.mark.slow
@@ -148,12 +147,7 @@ def test_fine_tuning_killed_at_random_points(tmp_path):
                        train_batch_size=4, eval_batch_size=4, num_train_epochs=2, learning_rate=1e-3,
                        save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1, seed=3)
 
-    reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
-    (tmp_path / "logs").mkdir()
-    _run_to_completion("run_classifier.py", args(reference), tmp_path / "reference.log")
-    outcomes = _kill_and_resume("run_classifier.py", args(killed), tmp_path / "logs", steps, KILLS, seed=2)
-    difference = _max_weight_difference(os.path.join(reference, "bert_model.ckpt"),
-                                        os.path.join(killed, "bert_model.ckpt"))
-    _check(outcomes, _report("fine-tuning (MRPC)", outcomes, difference), difference)
+    reference, killed = _compare_with_uninterrupted("fine-tuning (MRPC)", "run_classifier.py", args,
+                                                    tmp_path, steps, seed=2)
     with open(os.path.join(reference, "eval_results.txt")) as a, open(os.path.join(killed, "eval_results.txt")) as b:
         assert a.read() == b.read()

@@ -13,7 +13,7 @@ from realformer_tf import cli, modeling, optimization
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.fileio import atomic_output, commit, temporary_name
-from realformer_tf.training import Task, Trainer, write_results
+from realformer_tf.training import Task, Trainer, report_results
 
 
 class ClassifierTask(Task):
@@ -170,12 +170,7 @@ def run_classifier(f):
         out = _predict(trainer, data["dev"][0], spec, f.eval_batch_size)
         results = evaluation_metrics(task, out["logits"], out["label_ids"])
         results["global_step"] = int(trainer.global_step.numpy())
-        path = os.path.join(out_dir, "eval_results.txt")
-        write_results(path, results)
-        print(f"***** Eval results ({data['dev'][1]} examples) *****")
-        for key in sorted(results):
-            print(f"  {key} = {results[key]}")
-        print(f"Written to {path}", flush=True)
+        report_results(out_dir, results, f"Eval results ({data['dev'][1]} examples)")
 
     if f.do_predict:
         out = _predict(trainer, data["test"][0], spec, f.predict_batch_size)

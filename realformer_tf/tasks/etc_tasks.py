@@ -25,7 +25,7 @@ from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.tasks import classifier as bert_classifier
 from realformer_tf.tasks.classifier import ClassifierTask
 from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.training import Trainer, write_results
+from realformer_tf.training import Trainer, report_results
 
 MODEL_TYPES = ("bert", "etc")
 ETC_CHECKPOINT_NAME = "etc_model.ckpt"
@@ -169,12 +169,7 @@ def run_etc_pretraining(flags_):
         if f.do_eval:
             results = trainer.evaluate(dataset(f.eval_batch_size, False, f.max_eval_steps), -1,
                                        summary_dir=os.path.join(f.output_dir, "summaries", "eval"))
-            path = os.path.join(f.output_dir, "eval_results.txt")
-            write_results(path, results)
-            print("***** Eval results *****")
-            for key in sorted(results):
-                print(f"  {key} = {results[key]}")
-            print(f"Written to {path}", flush=True)
+            report_results(f.output_dir, results)
 
 
 def run_etc_classifier(flags_):
@@ -235,12 +230,7 @@ def run_etc_classifier(flags_):
         out = predict(data["dev"][0], f.eval_batch_size)
         results = bert_classifier.evaluation_metrics(task, out["logits"], out["label_ids"])
         results["global_step"] = int(trainer.global_step.numpy())
-        path = os.path.join(f.output_dir, "eval_results.txt")
-        write_results(path, results)
-        print(f"***** Eval results ({data['dev'][1]} examples) *****")
-        for key in sorted(results):
-            print(f"  {key} = {results[key]}")
-        print(f"Written to {path}", flush=True)
+        report_results(f.output_dir, results, f"Eval results ({data['dev'][1]} examples)")
     if f.do_predict:
         out = predict(data["test"][0], f.predict_batch_size)
         path = os.path.join(f.output_dir, "test_results.tsv")

@@ -9,7 +9,7 @@ from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, modeling, optimization
 from realformer_tf.data import pretraining as data
 from realformer_tf.data import integrity
-from realformer_tf.training import Task, Trainer, write_results
+from realformer_tf.training import Task, Trainer, report_results
 
 
 def _sparse_nll(labels, logits):
@@ -116,9 +116,4 @@ def run_pretraining(flags_):
                 -1,
                 summary_dir=os.path.join(out_dir, "summaries", "eval"),
             )
-            path = os.path.join(out_dir, "eval_results.txt")
-            write_results(path, results)
-            print("***** Eval results *****")
-            for key in sorted(results):
-                print(f"  {key} = {results[key]}")
-            print(f"Written to {path}", flush=True)
+            report_results(out_dir, results)

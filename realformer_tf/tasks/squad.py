@@ -17,7 +17,7 @@ from realformer_tf import checkpoint as ckpt
 from realformer_tf import cli, modeling, optimization
 from realformer_tf.data import records
 from realformer_tf.data import squad as data
-from realformer_tf.training import Task, Trainer, write_results
+from realformer_tf.training import Task, Trainer, report_results
 
 
 def _nll(positions, logits):
@@ -205,9 +205,4 @@ def _predict_and_evaluate(f, trainer, tokenizer, predict_file, out_dir):
         return
     results = data.evaluate(predict_file.data, predictions, v2, null_odds if v2 else None)
     results["global_step"] = int(trainer.global_step.numpy())
-    path = os.path.join(out_dir, "eval_results.txt")
-    write_results(path, results)
-    print("***** Eval results *****")
-    for key in sorted(results):
-        print(f"  {key} = {results[key]}")
-    print(f"Written to {path}", flush=True)
+    report_results(out_dir, results)
