@@ -1,4 +1,5 @@
-"""Numerical safety, determinism and start-up refusals of the shared training loop."""
+"""Numerical safety, determinism, exact resume, damaged inputs and start-up refusals
+of the shared training loop."""
 
 import os
 import types
