@@ -14,7 +14,7 @@ from realformer_tf.checkpoint import CheckpointError
 from realformer_tf.config import BertConfig, ConfigError
 from realformer_tf.data.records import InputError
 from realformer_tf.fileio import atomic_output
-from realformer_tf.training import NonFiniteLossError
+from realformer_tf.training import NonFiniteLossError, Trainer
 
 FLAGS = flags.FLAGS
 
@@ -147,6 +147,26 @@ def claim_output_dir(output_dir, config, extra=None):
     else:
         with atomic_output(path) as f:
             json.dump(current, f, indent=2, sort_keys=True)
+
+
+def start_trainer(task, strategy, flags_, num_train_steps, num_warmup_steps, float16, train=True):
+    """The Trainer the flags describe, restored from --output_dir (or initialized by
+    the task); prints which. Returns (trainer, restored checkpoint path or None)."""
+    f = flags_
+    trainer = Trainer(
+        task, strategy, f.output_dir,
+        optimizer_fn=(lambda: optimization.create_optimizer(
+            f.optimizer, f.learning_rate, max(num_train_steps, 1), num_warmup_steps,
+            weight_decay=f.weight_decay, float16_loss_scaling=float16)) if train else None,
+        steps_per_loop=f.iterations_per_loop,
+        save_checkpoints_steps=f.save_checkpoints_steps,
+        max_checkpoints_to_keep=f.keep_checkpoint_max,
+        global_batch_size=f.train_batch_size,
+    )
+    resumed = trainer.restore_or_initialize(weights_only=not train)
+    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
+          else (trainer.init_message or "Training from scratch (no --init_checkpoint)"), flush=True)
+    return trainer, resumed
 
 
 def worker_output_dir(output_dir, strategy):

@@ -51,10 +51,6 @@ def decode_record(record, name_to_features):
     }
 
 
-def count_records(files):
-    return sum(1 for f in files for _ in tf.data.TFRecordDataset(f))
-
-
 def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_steps=None,
                     pad_to_full_batches=False):
     """Returns `dataset_fn(input_context, start_step=0)` for

@@ -9,11 +9,11 @@ from scipy import stats
 from sklearn import metrics as skm
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import cli, modeling, optimization
+from realformer_tf import cli, modeling
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.fileio import atomic_output, commit, temporary_name
-from realformer_tf.training import Task, Trainer, report_results
+from realformer_tf.training import Task, report_results
 
 
 class ClassifierTask(Task):
@@ -137,23 +137,9 @@ def run_classifier(f):
     if f.do_train:
         num_train_steps = max(1, int(data["train"][1] / f.train_batch_size * f.num_train_epochs))
     num_labels = 1 if task.is_regression else len(task.labels)
-    trainer = Trainer(
-        ClassifierTask(config, num_labels, task.is_regression, f.init_checkpoint),
-        strategy,
-        f.output_dir,
-        optimizer_fn=lambda: optimization.create_optimizer(
-            f.optimizer, f.learning_rate, max(num_train_steps, 1),
-            int(num_train_steps * f.warmup_proportion), weight_decay=f.weight_decay,
-            float16_loss_scaling=float16,
-        ),
-        steps_per_loop=f.iterations_per_loop,
-        save_checkpoints_steps=f.save_checkpoints_steps,
-        max_checkpoints_to_keep=f.keep_checkpoint_max,
-        global_batch_size=f.train_batch_size,
-    )
-    resumed = trainer.restore_or_initialize(weights_only=not f.do_train)
-    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
-          else trainer.init_message, flush=True)
+    trainer, _ = cli.start_trainer(
+        ClassifierTask(config, num_labels, task.is_regression, f.init_checkpoint), strategy, f,
+        num_train_steps, int(num_train_steps * f.warmup_proportion), float16, train=f.do_train)
 
     if f.do_train:
         print(f"Training on {data['train'][1]} examples for {f.num_train_epochs} epochs = "

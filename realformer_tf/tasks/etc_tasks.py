@@ -19,13 +19,13 @@ import tensorflow as tf
 from absl import flags, logging
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import cli, etc_modeling, optimization
+from realformer_tf import cli, etc_modeling
 from realformer_tf.data import etc_inputs, integrity, records
 from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.tasks import classifier as bert_classifier
 from realformer_tf.tasks.classifier import ClassifierTask
 from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.training import Trainer, report_results
+from realformer_tf.training import report_results
 
 MODEL_TYPES = ("bert", "etc")
 ETC_CHECKPOINT_NAME = "etc_model.ckpt"
@@ -116,19 +116,6 @@ def export_etc_checkpoint(model, output_dir, config):
     return prefix
 
 
-def _make_trainer(task, strategy, f, num_train_steps, num_warmup_steps, float16):
-    return Trainer(
-        task, strategy, f.output_dir,
-        optimizer_fn=lambda: optimization.create_optimizer(
-            f.optimizer, f.learning_rate, max(num_train_steps, 1), num_warmup_steps,
-            weight_decay=f.weight_decay, float16_loss_scaling=float16),
-        steps_per_loop=f.iterations_per_loop,
-        save_checkpoints_steps=f.save_checkpoints_steps,
-        max_checkpoints_to_keep=f.keep_checkpoint_max,
-        global_batch_size=f.train_batch_size,
-    )
-
-
 def run_etc_pretraining(flags_):
     """run_pretraining.py --model_type=etc: the same flags and outputs as the BERT job."""
     f = flags_
@@ -148,11 +135,8 @@ def run_etc_pretraining(flags_):
         "task": "etc_pretraining", "max_seq_length": f.max_seq_length,
         "max_predictions_per_seq": f.max_predictions_per_seq, "etc_tokens_per_global": tpg,
     })
-    trainer = _make_trainer(EtcPretrainingTask(config, f.init_checkpoint), strategy, f,
-                            f.num_train_steps, f.num_warmup_steps, float16)
-    resumed = trainer.restore_or_initialize()
-    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
-          else (trainer.init_message or "Training from scratch (no --init_checkpoint)"), flush=True)
+    trainer, _ = cli.start_trainer(EtcPretrainingTask(config, f.init_checkpoint), strategy, f,
+                                   f.num_train_steps, f.num_warmup_steps, float16, train=f.do_train)
 
     def dataset(batch_size, is_training, max_steps=None):
         return etc_dataset_fn(pretraining_data.make_dataset_fn(
@@ -205,11 +189,9 @@ def run_etc_classifier(flags_):
     if f.do_train:
         num_train_steps = max(1, int(data["train"][1] / f.train_batch_size * f.num_train_epochs))
     num_labels = 1 if task.is_regression else len(task.labels)
-    trainer = _make_trainer(EtcClassifierTask(config, num_labels, task.is_regression, f.init_checkpoint),
-                            strategy, f, num_train_steps, int(num_train_steps * f.warmup_proportion), float16)
-    resumed = trainer.restore_or_initialize(weights_only=not f.do_train)
-    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
-          else trainer.init_message, flush=True)
+    trainer, _ = cli.start_trainer(
+        EtcClassifierTask(config, num_labels, task.is_regression, f.init_checkpoint), strategy, f,
+        num_train_steps, int(num_train_steps * f.warmup_proportion), float16, train=f.do_train)
 
     def predict(path, batch_size):
         out = trainer.predict(

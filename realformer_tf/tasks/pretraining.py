@@ -6,10 +6,10 @@ import tensorflow as tf
 from absl import logging
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import cli, modeling, optimization
+from realformer_tf import cli, modeling
 from realformer_tf.data import pretraining as data
 from realformer_tf.data import integrity
-from realformer_tf.training import Task, Trainer, report_results
+from realformer_tf.training import Task, report_results
 
 
 def _sparse_nll(labels, logits):
@@ -80,22 +80,8 @@ def run_pretraining(flags_):
         "max_predictions_per_seq": f.max_predictions_per_seq,
     })
 
-    trainer = Trainer(
-        PretrainingTask(config, f.init_checkpoint),
-        strategy,
-        f.output_dir,
-        optimizer_fn=lambda: optimization.create_optimizer(
-            f.optimizer, f.learning_rate, f.num_train_steps, f.num_warmup_steps,
-            weight_decay=f.weight_decay, float16_loss_scaling=float16,
-        ),
-        steps_per_loop=f.iterations_per_loop,
-        save_checkpoints_steps=f.save_checkpoints_steps,
-        max_checkpoints_to_keep=f.keep_checkpoint_max,
-        global_batch_size=f.train_batch_size,
-    )
-    resumed = trainer.restore_or_initialize()
-    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
-          else (trainer.init_message or "Training from scratch (no --init_checkpoint)"), flush=True)
+    trainer, _ = cli.start_trainer(PretrainingTask(config, f.init_checkpoint), strategy, f,
+                                   f.num_train_steps, f.num_warmup_steps, float16, train=f.do_train)
 
     with integrity.unreadable_records_named(files):  # a corrupt record met later: named
         if f.do_train:

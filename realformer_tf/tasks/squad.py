@@ -14,10 +14,10 @@ import tensorflow as tf
 from official.nlp.tools import tokenization
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import cli, modeling, optimization
+from realformer_tf import cli, modeling
 from realformer_tf.data import records
 from realformer_tf.data import squad as data
-from realformer_tf.training import Task, Trainer, report_results
+from realformer_tf.training import Task, report_results
 
 
 def _nll(positions, logits):
@@ -133,21 +133,8 @@ def run_squad(f):
         num_train_features = data.write_training_features(
             examples, tokenizer, f.max_seq_length, f.doc_stride, f.max_query_length, train_path)
 
-    trainer = Trainer(
-        SquadTask(config, f.init_checkpoint),
-        strategy,
-        f.output_dir,
-        optimizer_fn=(lambda: optimization.create_optimizer(
-            f.optimizer, f.learning_rate, num_train_steps, num_warmup_steps,
-            weight_decay=f.weight_decay, float16_loss_scaling=float16)) if f.do_train else None,
-        steps_per_loop=f.iterations_per_loop,
-        save_checkpoints_steps=f.save_checkpoints_steps,
-        max_checkpoints_to_keep=f.keep_checkpoint_max,
-        global_batch_size=f.train_batch_size,
-    )
-    resumed = trainer.restore_or_initialize(weights_only=not f.do_train)
-    print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
-          else trainer.init_message, flush=True)
+    trainer, resumed = cli.start_trainer(SquadTask(config, f.init_checkpoint), strategy, f,
+                                         num_train_steps, num_warmup_steps, float16, train=f.do_train)
     if f.do_predict and not f.do_train and not resumed and not trainer.task.head_initialized:
         print(f"WARNING: no fine-tuned checkpoint in --output_dir={f.output_dir} and no cls/squad "
               "head in --init_checkpoint: the span head is untrained and predictions are "
