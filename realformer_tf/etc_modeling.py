@@ -472,3 +472,27 @@ class EtcClassifierModel(_EtcWithHead):
     @classmethod
     def from_config(cls, config):
         return cls(EtcConfig.from_dict(config["config"]), config["num_labels"], name=config.get("name"))
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class EtcSquadModel(_EtcWithHead):
+    """ETC + span logits on every long token (BERT's SQuAD head, `squad/output_weights`
+    [2, hidden]): the whole context is one long input, so a question over a document of
+    thousands of tokens needs no doc_stride windows. Outputs: `start_logits`,
+    `end_logits` [B, L] (float32)."""
+
+    _head_prefixes = ("squad/",)
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "etc_squad")
+        super().__init__(config, **kwargs)
+        self.span = BertLogits(2, initializer_range=self.config.initializer_range, name="squad",
+                               dtype=self.dtype_policy)
+
+    def _build_head(self, hidden):
+        self.span.build((None, None, hidden))
+
+    def call(self, inputs, training=None):
+        outputs = self.etc(inputs, training=training)
+        logits = self.span(outputs["long_output"])
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}

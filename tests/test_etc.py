@@ -705,18 +705,22 @@ def test_etc_checkpoints_pretraining_to_classifier(tmp_path):
 @pytest.mark.parametrize("precision", ["none", "bfloat16", "float16"])
 def test_etc_pretraining_task_runs_in_the_shared_trainer(tmp_path, precision):
     from realformer_tf import distribution
-    from realformer_tf.tasks import etc_tasks
 
     float16 = distribution.set_mixed_precision(precision)  # float16: with loss scaling
     try:
-        _train_etc_pretraining(tmp_path, etc_tasks, float16)
+        _train_etc_pretraining(tmp_path, float16)
     finally:
         distribution.set_mixed_precision("none")
 
 
-def _train_etc_pretraining(tmp_path, etc_tasks, float16):
+def _train_etc_pretraining(tmp_path, float16):
     from realformer_tf import optimization
+    from realformer_tf.families import get_family
+    from realformer_tf.runner import RunOptions
+    from realformer_tf.tasks.pretraining import PretrainingTask
     from realformer_tf.training import Trainer
+
+    family, options = get_family("etc"), RunOptions(etc_tokens_per_global=8)
 
     config = tiny_config()
     rng = np.random.default_rng(0)
@@ -729,16 +733,16 @@ def _train_etc_pretraining(tmp_path, etc_tasks, float16):
         "next_sentence_labels": rng.integers(0, 2, size=(n, 1)).astype(np.int32),
     }
     base = lambda ctx=None, start_step=0: tf.data.Dataset.from_tensor_slices(records).repeat().batch(4, drop_remainder=True)  # noqa: E731
-    trainer = Trainer(etc_tasks.EtcPretrainingTask(config), tf.distribute.get_strategy(), str(tmp_path),
+    trainer = Trainer(PretrainingTask(config, family=family), tf.distribute.get_strategy(), str(tmp_path),
                       optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, 4, 1,
                                                                          float16_loss_scaling=float16),
                       steps_per_loop=2, save_checkpoints_steps=2, global_batch_size=4)
     trainer.restore_or_initialize()
-    train = trainer.train(etc_tasks.etc_dataset_fn(base, config, tokens_per_global=8), 4, log_fn=lambda *_: None)
+    train = trainer.train(family.adapt_dataset_fn(base, config, options), 4, log_fn=lambda *_: None)
     assert np.isfinite(train["loss"]) and int(trainer.global_step.numpy()) == 4
     assert all(np.isfinite(w.numpy().astype(np.float32)).all() for w in trainer.model.weights)
-    results = trainer.evaluate(etc_tasks.etc_dataset_fn(lambda ctx=None, start_step=0: base(ctx).take(2), config, 8), -1)
+    results = trainer.evaluate(family.adapt_dataset_fn(lambda ctx=None: base(ctx).take(2), config, options), -1)
     assert {"masked_lm_accuracy", "next_sentence_loss", "loss"} <= set(results)
-    prefix = etc_tasks.export_etc_checkpoint(trainer.model, str(tmp_path), config)
+    prefix = family.save_final_checkpoint(trainer.model, str(tmp_path), config)
     assert etc_modeling.EtcConfig.from_json_file(str(tmp_path / "etc_config.json")) == config
     etc_modeling.EtcClassifierModel(config, 2).load_etc_checkpoint(prefix, skip_heads=True)
