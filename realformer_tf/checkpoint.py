@@ -12,6 +12,8 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
+from realformer_tf.errors import UserError
+
 # Variables an original training checkpoint holds that are not model weights.
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
 _NON_MODEL_NAMES = ("global_step", "_CHECKPOINTABLE_OBJECT_GRAPH")
@@ -21,7 +23,7 @@ _OBJECT_BASED_MARKER = ".ATTRIBUTES/VARIABLE_VALUE"
 _TRAINING_WEIGHTS = re.compile(r"^model_weights/(.*)/\.ATTRIBUTES/VARIABLE_VALUE$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that does not match the model it is loaded into."""
 
 

@@ -9,17 +9,14 @@ import sys
 from absl import flags, logging
 
 from realformer_tf import distribution, optimization, runner
-from realformer_tf.checkpoint import CheckpointError
-from realformer_tf.config import ConfigError
-from realformer_tf.data.records import InputError
-from realformer_tf.errors import UsageError, require
+from realformer_tf.errors import UsageError, UserError, require
 from realformer_tf.families import MODEL_TYPES
-from realformer_tf.training import NonFiniteLossError
 
 FLAGS = flags.FLAGS
 
-# Errors a user can cause; anything else is a bug and keeps its traceback.
-USER_ERRORS = (ConfigError, CheckpointError, InputError, NonFiniteLossError, UsageError)
+# Errors a user can cause (config, checkpoint, input, divergence, flags: all UserError);
+# anything else is a bug and keeps its traceback.
+USER_ERRORS = (UserError,)
 
 __all__ = ["USER_ERRORS", "UsageError", "define_model_flags", "options", "require", "run"]
 

@@ -7,13 +7,14 @@ import json
 
 import tensorflow as tf
 
+from realformer_tf.errors import UserError
 from realformer_tf.fileio import atomic_output
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.transformer import LAYER_NORM_TYPES
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bert_config.json (or BertConfig argument) that cannot describe a model."""
 
 

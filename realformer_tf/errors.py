@@ -2,7 +2,12 @@
 (`realformer_tf.cli.run`); anything else is a bug and keeps its traceback."""
 
 
-class UsageError(ValueError):
+class UserError(ValueError):
+    """Base of every error a user can cause (a bad option, config, checkpoint or input
+    file, a diverged run). Its message names the thing and says what to do."""
+
+
+class UsageError(UserError):
     """A bad option or combination of options (a flag, for the scripts)."""
 
 

@@ -480,7 +480,7 @@ def _check_lengths(family, config, task, max_seq_length, max_query_length):
         raise ExportError(f"max_seq_length={max_seq_length} leaves no room for [CLS] text [SEP]")
     limit = family.max_length(config)
     if limit and max_seq_length > limit:
-        raise ExportError(f"max_seq_length={max_seq_length} exceeds the {limit} positions of the model's config")
+        raise ExportError(f"max_seq_length={max_seq_length} exceeds {family.max_length_field}={limit} of the config")
     if task == "squad" and not 0 < max_query_length < max_seq_length - 3:
         raise ExportError(f"max_query_length={max_query_length} must be in [1, max_seq_length - 3), "
                           "as in run_squad.py")

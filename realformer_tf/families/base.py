@@ -24,6 +24,7 @@ class ModelFamily:
         head_prefixes: {kind: variable-name prefixes of that kind's heads}.
         export_tasks: the tasks `realformer_tf.export` can serve for this family.
         classifier_weights_name: the classifier head's [num_labels, hidden] weights.
+        max_length_field: the config field that bounds the input length (0: none).
     """
 
     name = None
@@ -32,6 +33,7 @@ class ModelFamily:
     config_name = None
     head_prefixes = {}
     export_tasks = ()
+    max_length_field = None
     classifier_weights_name = None
 
     # -- configs ----------------------------------------------------------------------
@@ -42,13 +44,14 @@ class ModelFamily:
         config = self.config_class.from_json_file(path)
         limit = self.max_length(config)
         if max_seq_length is not None and limit and max_seq_length > limit:
-            raise UsageError(f"--max_seq_length={max_seq_length} exceeds the {limit} positions of {path} "
-                             "(its position table); lower --max_seq_length")
+            raise UsageError(f"--max_seq_length={max_seq_length} exceeds {self.max_length_field}={limit} of "
+                             f"{path}; lower --max_seq_length")
         return config
 
     def max_length(self, config):
         """The longest input the config's models take (None: no limit)."""
-        raise NotImplementedError
+        value = getattr(config, self.max_length_field)
+        return value or None
 
     def check_options(self, options):
         """Raises UsageError for options this family cannot run with."""

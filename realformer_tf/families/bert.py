@@ -11,6 +11,7 @@ class BertFamily(ModelFamily):
     config_class = BertConfig
     checkpoint_name = "bert_model.ckpt"
     config_name = "bert_config.json"
+    max_length_field = "max_position_embeddings"
     export_tasks = ("classifier", "squad", "encoder")
     classifier_weights_name = "output_weights"
     head_prefixes = {
@@ -18,9 +19,6 @@ class BertFamily(ModelFamily):
         "classifier": ("output_weights", "output_bias"),
         "squad": ("cls/squad/",),
     }
-
-    def max_length(self, config):
-        return config.max_position_embeddings
 
     def build_model(self, config, kind, num_labels=None, dtype=None):
         kwargs = {} if dtype is None else {"dtype": dtype}

@@ -19,6 +19,7 @@ class EtcFamily(ModelFamily):
     config_class = etc_modeling.EtcConfig
     checkpoint_name = "etc_model.ckpt"
     config_name = "etc_config.json"
+    max_length_field = "max_absolute_position_embeddings"
     export_tasks = ("classifier", "squad")
     classifier_weights_name = "classifier/output_weights"
     head_prefixes = {
@@ -26,9 +27,6 @@ class EtcFamily(ModelFamily):
         "classifier": ("pooler/", "classifier/"),
         "squad": ("squad/",),
     }
-
-    def max_length(self, config):
-        return config.max_absolute_position_embeddings or None
 
     def check_options(self, options):
         tokens = options.etc_tokens_per_global

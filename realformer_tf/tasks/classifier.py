@@ -207,6 +207,6 @@ class ClassifierJob(runner.Job):
             is_regression=task.is_regression, input_options=options)
 
 
-def run_classifier(options):
+def run_classifier(options, log=runner.say):
     """The whole run_classifier.py job (a ClassifierOptions); returns the Trainer."""
-    return runner.run_job(ClassifierJob(), options)
+    return runner.run_job(ClassifierJob(), options, log)

@@ -117,6 +117,6 @@ class PretrainingJob(runner.Job):
         report_results(out_dir, results)
 
 
-def run_pretraining(options):
+def run_pretraining(options, log=runner.say):
     """The whole run_pretraining.py job (a PretrainingOptions); returns the Trainer."""
-    return runner.run_job(PretrainingJob(), options)
+    return runner.run_job(PretrainingJob(), options, log)

@@ -218,6 +218,6 @@ class SquadJob(runner.Job):
             input_options=options)
 
 
-def run_squad(options):
+def run_squad(options, log=runner.say):
     """The whole run_squad.py job (a SquadOptions); returns the Trainer."""
-    return runner.run_job(SquadJob(), options)
+    return runner.run_job(SquadJob(), options, log)
