@@ -581,13 +581,15 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     of our training checkpoints) and exports it; returns the version path.
 
     Args:
-        bert_config / config: the model's config file or config object (one of them).
+        bert_config: the model's config, a file path or a config object.
+        config: the same (the name the runner uses); give one of the two.
         family: a `realformer_tf.families` family (default BERT).
         task: None takes it from the checkpoint's heads; a classifier's label count,
             when neither `label_names` nor `num_labels` is given, from its weights.
     """
     family = family or get_family("bert")
-    config = config if config is not None else family.load_config(bert_config)
+    if config is None:
+        config = bert_config if isinstance(bert_config, family.config_class) else family.load_config(bert_config)
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     task = task or infer_task(prefix, family)
     if task not in TASKS:

@@ -120,8 +120,7 @@ def test_squad_job_on_a_long_document_exports_and_serves(tmp_path, family):
     out, export_dir = str(tmp_path / "out"), str(tmp_path / "export")
     options = SquadOptions(
         vocab_file=vocab, train_file=data_file, predict_file=data_file, output_dir=out, export_dir=export_dir,
-        bert_config_file=model_config(tmp_path, family, vocab_size, **({} if family == "etc" else
-                                                                         {"max_position_embeddings": 64})),
+        bert_config_file=model_config(tmp_path, family, vocab_size),
         model_type=family, etc_tokens_per_global=16, max_seq_length=seq, doc_stride=32, max_query_length=16,
         do_train=True, do_predict=True, version_2_with_negative=True, train_batch_size=2, predict_batch_size=3,
         num_train_epochs=1, n_best_size=5, **QUIET)
