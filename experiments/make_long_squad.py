@@ -7,7 +7,8 @@ question re-anchored in it. For long-document question answering with ETC
     --train_file=/tmp/long/train.json --predict_file=/tmp/long/dev.json --held_out_every=3
 
 Documents go alternately to the training and the held-out file (every
-`--held_out_every`-th document is held out), so no context is in both.
+`--held_out_every`-th document is held out), so no context is in both; training
+questions keep their first answer only, as training files have one.
 """
 
 import json
@@ -47,6 +48,14 @@ def join_paragraphs(paragraphs):
     return {"context": context, "qas": qas}
 
 
+def first_answers_only(paragraph):
+    """Training files have one answer per question (dev files list several)."""
+    for qa in paragraph["qas"]:
+        for key in ("answers", "plausible_answers"):
+            if qa.get(key):
+                qa[key] = qa[key][:1]
+
+
 def long_documents(data, per_document):
     for article in data["data"]:
         paragraphs = article["paragraphs"]
@@ -68,6 +77,8 @@ def main(argv):
     for i, (title, document) in enumerate(long_documents(data, FLAGS.paragraphs)):
         split = "held_out" if (i + 1) % FLAGS.held_out_every == 0 else "train"
         splits[split].append({"title": f"{title} ({i})", "paragraphs": [document]})
+    for document in splits["train"]:
+        first_answers_only(document["paragraphs"][0])
     for split, path in (("train", FLAGS.train_file), ("held_out", FLAGS.predict_file)):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:

@@ -78,7 +78,8 @@ def test_classifier_job_exports_a_model_that_serves_what_it_predicted(tmp_path, 
     assert {"eval_accuracy", "eval_f1", "eval_loss", "global_step", "loss"} <= set(read_results(out))
     predicted = np.loadtxt(os.path.join(out, "test_results.tsv"), ndmin=2)
 
-    # The export tokenizes and builds the model inputs (ETC: global tokens) in the graph.
+    # The export tokenizes and builds the model inputs (ETC: global tokens) in the graph,
+    # and loads without this package.
     path = os.path.join(export_dir, "1")
     info = json.load(open(os.path.join(path, "assets.extra", "realformer_export.json")))
     assert info["model_type"] == family and info["task"] == "classifier"
@@ -87,13 +88,39 @@ def test_classifier_job_exports_a_model_that_serves_what_it_predicted(tmp_path, 
     np.testing.assert_allclose(served, predicted, atol=1e-5)
 
 
+# Runs in a fresh interpreter outside the repository with realformer_tf and Model Garden
+# unimportable: the SavedModel must serve with TensorFlow and tensorflow-text alone.
+SERVE_WITHOUT_PACKAGE = r"""
+import importlib.abc, json, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("realformer_tf", "official"):
+            raise ModuleNotFoundError(name + " is blocked in this test")
+
+sys.meta_path.insert(0, Block())
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer ops
+
+path, text_a, text_b, out = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+serve = tf.saved_model.load(path).signatures["serving_default"]
+result = serve(text_a=tf.constant(text_a), text_b=tf.constant(text_b))
+json.dump(result["probabilities"].numpy().tolist(), open(out, "w"))
+"""
+
+
 def _serve_test_split(path, data_dir):
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    import subprocess
+    import sys
 
     rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(data_dir, "test.tsv"), encoding="utf-8")][1:]
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-    out = serve(text_a=tf.constant([r[3] for r in rows]), text_b=tf.constant([r[4] for r in rows]))
-    return out["probabilities"].numpy()
+    out = os.path.join(os.path.dirname(path), "served.json")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", SERVE_WITHOUT_PACKAGE, path, json.dumps([r[3] for r in rows]),
+                           json.dumps([r[4] for r in rows]), out], cwd=os.path.dirname(path), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return np.array(json.load(open(out)))
 
 
 def long_document_squad():

@@ -65,9 +65,20 @@ class ModelFamily:
         return {}
 
     # -- models -----------------------------------------------------------------------
+    def model_classes(self):
+        """{kind: Keras model class} (constructors take the config, and for the
+        classifier `num_labels`)."""
+        raise NotImplementedError
+
     def build_model(self, config, kind, num_labels=None, dtype=None):
         """The Keras model of `kind` (one of KINDS)."""
-        raise NotImplementedError
+        classes = self.model_classes()
+        if kind not in classes:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(classes)}")
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if kind == "classifier":
+            kwargs["num_labels"] = num_labels
+        return classes[kind](config, **kwargs)
 
     def adapt_dataset_fn(self, dataset_fn, config, options):
         """Wraps a BERT-layout `dataset_fn(input_context, start_step)` so that its

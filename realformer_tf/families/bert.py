@@ -20,21 +20,17 @@ class BertFamily(ModelFamily):
         "squad": ("cls/squad/",),
     }
 
+    def model_classes(self):
+        return {"pretraining": modeling.BertPretrainingModel, "classifier": modeling.BertClassifierModel,
+                "squad": modeling.BertSquadModel, "encoder": modeling.BertModel}
+
     def build_model(self, config, kind, num_labels=None, dtype=None):
-        kwargs = {} if dtype is None else {"dtype": dtype}
-        if kind == "pretraining":
-            return modeling.BertPretrainingModel(config, **kwargs)
-        if kind == "classifier":
-            return modeling.BertClassifierModel(config, num_labels=num_labels, **kwargs)
+        model = super().build_model(config, kind, num_labels, dtype)
         if kind == "squad":
-            model = modeling.BertSquadModel(config, **kwargs)
             # The span head reads the sequence output only: the pooler gets no gradient and,
             # as in the original (whose optimizer skips None gradients), stays as loaded.
             model.bert.pooler.trainable = False
-            return model
-        if kind == "encoder":
-            return modeling.BertModel(config, **kwargs)
-        raise ValueError(f"kind {kind!r} is not one of pretraining, classifier, squad, encoder")
+        return model
 
     def load_checkpoint(self, model, prefix, skip_heads=False):
         return model.load_bert_checkpoint(prefix, skip_heads=skip_heads)

@@ -40,17 +40,9 @@ class EtcFamily(ModelFamily):
     def run_identity(self, options):
         return {"etc_tokens_per_global": options.etc_tokens_per_global}
 
-    def build_model(self, config, kind, num_labels=None, dtype=None):
-        kwargs = {} if dtype is None else {"dtype": dtype}
-        if kind == "pretraining":
-            return etc_modeling.EtcPretrainingModel(config, **kwargs)
-        if kind == "classifier":
-            return etc_modeling.EtcClassifierModel(config, num_labels=num_labels, **kwargs)
-        if kind == "squad":
-            return etc_modeling.EtcSquadModel(config, **kwargs)
-        if kind == "encoder":
-            return etc_modeling.EtcModel(config, **kwargs)
-        raise ValueError(f"kind {kind!r} is not one of pretraining, classifier, squad, encoder")
+    def model_classes(self):
+        return {"pretraining": etc_modeling.EtcPretrainingModel, "classifier": etc_modeling.EtcClassifierModel,
+                "squad": etc_modeling.EtcSquadModel, "encoder": etc_modeling.EtcModel}
 
     def adapt_features(self, features, config, options):
         etc = etc_inputs.make_fixed_block_features(
