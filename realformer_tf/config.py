@@ -3,8 +3,10 @@ switches, with validation that names the offending field."""
 
 import copy
 import dataclasses
+import difflib
 import json
 
+from absl import logging
 import tensorflow as tf
 
 from realformer_tf.fileio import atomic_output
@@ -17,11 +19,44 @@ class ConfigError(ValueError):
     """A bert_config.json (or BertConfig argument) that cannot describe a model."""
 
 
+# Keys of the multilingual and Chinese Google BERT releases' bert_config.json. The
+# original BertConfig copies every key onto itself and its model never reads these, so
+# they are accepted and ignored here too.
+IGNORED_RELEASE_FIELDS = (
+    "directionality", "pooler_fc_size", "pooler_num_attention_heads",
+    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
+)
+
+
+def check_field_names(values, known, ignored, source):
+    """Returns `values` without the `ignored` keys (logging one line naming them).
+
+    Raises ConfigError for any other key outside `known`, suggesting the closest known
+    name when the key looks like a typo of one.
+    """
+    unknown = sorted(set(values) - set(known) - set(ignored))
+    if unknown:
+        named = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+            named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        raise ConfigError(
+            f"{source}: unknown field(s) {', '.join(named)}; fix or remove them. Known fields "
+            f"are {', '.join(sorted(known))}"
+        )
+    skipped = sorted(set(values) & set(ignored))
+    if skipped:
+        logging.warning("%s: ignoring %s (unused by the model, as in the original code)",
+                        source, ", ".join(skipped))
+    return {key: value for key, value in values.items() if key not in ignored}
+
+
 class JsonConfig:
     """JSON file I/O for the dataclass configs (BertConfig, EtcConfig); subclasses
     define `from_dict(values, source)` and `file_description`."""
 
     file_description = "config file"
+    ignored_fields = ()  # keys accepted and dropped (released configs' unused extras)
 
     @classmethod
     def from_json_file(cls, path):
@@ -82,6 +117,7 @@ class BertConfig(JsonConfig):
     """
 
     file_description = "bert_config_file"
+    ignored_fields = IGNORED_RELEASE_FIELDS
 
     vocab_size: int
     hidden_size: int = 768
@@ -110,13 +146,8 @@ class BertConfig(JsonConfig):
     def from_dict(cls, values, source="config"):
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown field(s) {', '.join(unknown)}; known fields are "
-                f"{', '.join(sorted(known))}"
-            )
+        known = [f.name for f in dataclasses.fields(cls)]
+        values = check_field_names(values, known, cls.ignored_fields, source)
         if "vocab_size" not in values:
             raise ConfigError(f"{source}: the required field vocab_size is missing")
         try:
