@@ -5,6 +5,7 @@ import copy
 import dataclasses
 import difflib
 import json
+import os
 
 from absl import logging
 import tensorflow as tf
@@ -60,17 +61,20 @@ class JsonConfig:
 
     @classmethod
     def from_json_file(cls, path):
+        return cls.from_dict(cls._read_json_file(path), source=str(path))
+
+    @classmethod
+    def _read_json_file(cls, path):
         if not tf.io.gfile.exists(path):
             raise ConfigError(f"{cls.file_description} {path} does not exist")
         with tf.io.gfile.GFile(path, "rb") as f:
             raw = f.read()
         try:
-            values = json.loads(raw.decode("utf-8"))
+            return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise ConfigError(f"{path} is not UTF-8 text ({e}); save it as UTF-8 JSON") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path} is not valid JSON ({e})") from None
-        return cls.from_dict(values, source=str(path))
 
     def to_dict(self):
         return copy.deepcopy(dataclasses.asdict(self))
@@ -142,6 +146,23 @@ class BertConfig(JsonConfig):
         self._validate()
 
     # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_json_file(cls, path):
+        """Reads a bert_config.json. A Hugging Face BERT config.json (recognized by its
+        "model_type" key), or a Hugging Face model folder, is accepted too and translated
+        by `hf_checkpoint.config_from_hf_dict` (its "gelu" is the exact erf GELU, our
+        "gelu_exact"; residual attention off)."""
+        if tf.io.gfile.isdir(path):
+            path = os.path.join(path, "config.json")
+        values = cls._read_json_file(path)
+        if isinstance(values, dict) and "model_type" in values:
+            from realformer_tf import hf_checkpoint  # imported on use: it imports this module
+
+            config = hf_checkpoint.config_from_hf_dict(values, source=str(path))
+            logging.info("%s: Hugging Face config read as %s", path, config.describe())
+            return config
+        return cls.from_dict(values, source=str(path))
+
     @classmethod
     def from_dict(cls, values, source="config"):
         if not isinstance(values, dict):
