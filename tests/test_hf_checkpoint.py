@@ -319,3 +319,22 @@ def test_convert_checkpoint_script_reads_the_folder_config(tmp_path):
     assert "BERT: residual attention off" in result.stdout and "Converted" in result.stdout
     names = ckpt.list_checkpoint(prefix)
     assert names["cls/squad/output_weights"] == [2, 24]
+
+
+def test_script_tasks_initialize_from_a_folder():
+    """--init_checkpoint=FOLDER goes through the tasks' initialize (heads detected by
+    their original names)."""
+    from realformer_tf.tasks.classifier import ClassifierTask
+    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.tasks.squad import SquadTask
+
+    folder = fixture("hf_bert_pretraining_gelu")
+    config = BertConfig.from_json_file(folder)
+    task = PretrainingTask(config, folder)
+    message = task.initialize(task.build_model())
+    assert "heads fresh" not in message and "model.safetensors" in message
+    task = ClassifierTask(config, 2, False, folder)
+    assert "model.safetensors" in task.initialize(task.build_model())
+    qa = fixture("hf_bert_qa_gelu")
+    task = SquadTask(BertConfig.from_json_file(qa), qa)
+    assert "cls/squad head)" in task.initialize(task.build_model())
