@@ -167,7 +167,7 @@ def _check_names(source, variables, owned_prefixes, optional_prefixes, descripti
 
 
 def load_named_variables(prefix, variables, owned_prefixes, description="the model",
-                         optional_prefixes=()):
+                         optional_prefixes=(), transforms=None):
     """Assigns checkpoint tensors to `variables` ({name: variable}) by name.
 
     Checkpoint entries that are not model weights (optimizer slots, global_step) are
@@ -175,14 +175,20 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
     loading an encoder). A weight inside `owned_prefixes` that the model lacks means the
     checkpoint is of another variant or size, and is an error, as is a missing weight
     (except those under `optional_prefixes`, which then keep their values) or a shape
-    mismatch. `prefix` may also be a Hugging Face BERT folder. Returns what was read.
+    mismatch. `prefix` may also be a Hugging Face BERT folder. `transforms` maps a name
+    to a function applied to its stored array (a same-shape layout change, e.g. permuted
+    rows). Returns what was read.
     """
     source = open_named_weights(prefix)
     _check_names(source, variables, owned_prefixes, optional_prefixes, description)
     stored = source.shapes()
+    transforms = transforms or {}
     for name, var in variables.items():
         if name in stored:
-            var.assign(np.asarray(source.get(name)).astype(np.dtype(var.dtype)))
+            value = np.asarray(source.get(name))
+            if name in transforms:
+                value = transforms[name](value)
+            var.assign(value.astype(np.dtype(var.dtype)))
     return source.path
 
 
