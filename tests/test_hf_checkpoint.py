@@ -338,3 +338,20 @@ def test_script_tasks_initialize_from_a_folder():
     qa = fixture("hf_bert_qa_gelu")
     task = SquadTask(BertConfig.from_json_file(qa), qa)
     assert "cls/squad head)" in task.initialize(task.build_model())
+
+
+def test_sharded_folder(tmp_path):
+    """model.safetensors.index.json + shards (how large models are saved)."""
+    folder, path, tensors = copy_fixture(tmp_path, "hf_bert_model_gelu_new")
+    os.remove(path)
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for shard, shard_names in shards.items():
+        safetensors.numpy.save_file({n: tensors[n] for n in shard_names}, os.path.join(folder, shard))
+        weight_map.update({n: shard for n in shard_names})
+    with open(path + ".index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    inputs, want = recorded(folder)
+    model = load_task_model(folder, "encoder")
+    assert max_diff(model(inputs)["sequence_output"], want["last_hidden_state"]) < TOLERANCE
