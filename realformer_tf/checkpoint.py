@@ -11,6 +11,7 @@ import uuid
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 # Variables an original training checkpoint holds that are not model weights.
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
@@ -138,6 +139,9 @@ def _check_names(source, variables, owned_prefixes, optional_prefixes, descripti
     """Raises CheckpointError naming missing, unexpected or mis-shaped weights."""
     stored = source.shapes()
     missing = [n for n in variables if n not in stored and not n.startswith(tuple(optional_prefixes))]
+    kept = sorted(n for n in variables if n not in stored and n not in missing)
+    if kept:
+        logging.warning("%s has no %s; kept as initialized", source.path, _named(source, kept))
     if missing:
         raise CheckpointError(
             f"{source.path} lacks {len(missing)} variable(s) that {description} needs: "

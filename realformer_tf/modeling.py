@@ -66,10 +66,15 @@ class _BertCheckpointIO:
         missing, unexpected or mis-shaped variable.
         """
         owned = ("bert/",) + (() if skip_heads else tuple(self._head_prefixes))
+        optional = tuple(self._optional_prefixes)
+        if hf_checkpoint.is_hf_folder(prefix):
+            # transformers' BertForMaskedLM / BertForQuestionAnswering save no pooler and
+            # initialize a fresh one when a task needs it; so do we (with a log line).
+            optional += ("bert/pooler/",)
         return ckpt.load_named_variables(
             prefix, self.bert_checkpoint_variables(include_heads=not skip_heads), owned,
             description=f"{type(self).__name__} ({self.config.describe()})",
-            optional_prefixes=self._optional_prefixes,
+            optional_prefixes=optional,
         )
 
     def save_bert_checkpoint(self, prefix):

@@ -355,3 +355,19 @@ def test_sharded_folder(tmp_path):
     inputs, want = recorded(folder)
     model = load_task_model(folder, "encoder")
     assert max_diff(model(inputs)["sequence_output"], want["last_hidden_state"]) < TOLERANCE
+
+
+def test_folder_without_pooler_keeps_a_fresh_one(caplog):
+    """BertForMaskedLM / BertForQuestionAnswering folders have no pooler; like
+    transformers, a classifier gets a freshly initialized one, said in one log line."""
+    folder = fixture("hf_bert_qa_gelu")
+    classifier = convert.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 2)
+    initial = classifier.bert_checkpoint_variables()["bert/pooler/dense/kernel"].numpy().copy()
+    with caplog.at_level("WARNING"):
+        classifier.load_bert_checkpoint(folder, skip_heads=True)
+    lines = [r.getMessage() for r in caplog.records if "kept as initialized" in r.getMessage()]
+    assert len(lines) == 1 and "bert.pooler.dense.weight" in lines[0]
+    np.testing.assert_array_equal(classifier.bert.pooler.kernel.numpy(), initial)
+    tensors = safetensors.numpy.load_file(os.path.join(folder, "model.safetensors"))
+    np.testing.assert_array_equal(classifier.bert.embeddings.word_embeddings.numpy(),
+                                  tensors["bert.embeddings.word_embeddings.weight"])
