@@ -331,8 +331,8 @@ class PreActivationBlockStack(keras.layers.Layer):
         **block_config: GlobalLocalBlock arguments (also `name`, `dtype`).
     """
 
-    def __init__(self, num_layers, name=None, dtype=None, **block_config):
-        super().__init__(name=name, dtype=dtype)
+    def __init__(self, num_layers, name=None, dtype=None, trainable=True, **block_config):
+        super().__init__(name=name, dtype=dtype, trainable=trainable)
         self.num_layers = int(num_layers)
         self.block_config = dict(block_config)
         self.blocks = [GlobalLocalBlock(layer_index=i, name=f"layer_{i}", dtype=self.dtype_policy,

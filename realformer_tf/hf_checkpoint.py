@@ -77,6 +77,8 @@ def to_original_name(hf_name):
     if hf_name == _TIED_DECODER or hf_name.endswith(_DUPLICATES):
         return None
     parts = hf_name.split(".")
+    if len(parts) < 2:
+        return hf_name, False  # not a BERT tensor; reported as foreign
     if parts[0] in _ENCODER_PARTS:  # a bare BertModel's names
         parts = ["bert"] + parts
     if len(parts) > 3 and parts[2] == "layer":
@@ -225,7 +227,11 @@ def _read_header(path):
     reading the tensors."""
     with tf.io.gfile.GFile(path, "rb") as f:
         length = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(length).decode("utf-8"))
+        try:
+            header = json.loads(f.read(length).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, MemoryError, OverflowError) as e:
+            raise CheckpointError(f"{path} is not a safetensors file ({type(e).__name__}); "
+                                  "download it again") from None
     return {name: list(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
 
 

@@ -363,3 +363,17 @@ def test_missing_unexpected_misshaped_official_variables_are_named(tmp_path):
     ours_layout = etc_modeling.EtcModel(etc_modeling.EtcConfig(**dict(OFFICIAL_B, layout="realformer_tf")))
     with pytest.raises(CheckpointError, match="official-layout"):
         ours_layout.save_etc_checkpoint(str(tmp_path / "x.ckpt"), official_names=True)
+
+
+def test_official_layout_keras_save_and_load(tmp_path):
+    import keras
+
+    config, _ = official_model(tmp_path, OFFICIAL_A)
+    model = etc_modeling.EtcClassifierModel(config, num_labels=2)
+    ours, _ = make_inputs(OFFICIAL_A, seed=8, with_masks=False)
+    logits = model(ours)["logits"].numpy()
+    path = str(tmp_path / "etc_official.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded.etc.encoder, etc_modeling.PreActivationBlockStack)
+    np.testing.assert_allclose(loaded(ours)["logits"].numpy(), logits, atol=1e-6)

@@ -371,3 +371,11 @@ def test_folder_without_pooler_keeps_a_fresh_one(caplog):
     tensors = safetensors.numpy.load_file(os.path.join(folder, "model.safetensors"))
     np.testing.assert_array_equal(classifier.bert.embeddings.word_embeddings.numpy(),
                                   tensors["bert.embeddings.word_embeddings.weight"])
+
+
+def test_corrupt_safetensors_file_is_named(tmp_path):
+    folder, path, _ = copy_fixture(tmp_path)
+    with open(path, "wb") as f:
+        f.write((40).to_bytes(8, "little") + b"<html>not found</html>" + b" " * 30)
+    with pytest.raises(CheckpointError, match="is not a safetensors file"):
+        ckpt.resolve_checkpoint(folder)
