@@ -11,6 +11,7 @@ Library code takes plain options (`RunOptions` and the jobs' subclasses); the sc
 translate their absl flags into them (`realformer_tf.cli`).
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -73,6 +74,7 @@ class Job:
     name = None
     kind = None  # what the family builds: one of families.KINDS
     options_class = RunOptions
+    log = staticmethod(say)  # run_job sets the log function it was given
 
     def check_options(self, options):
         """Flag combinations, before anything is read or written."""
@@ -109,8 +111,6 @@ class Job:
 
     def reading_inputs(self):
         """Context for the train/eval phase (e.g. naming a corrupt record)."""
-        import contextlib
-
         return contextlib.nullcontext()
 
     def evaluate(self, trainer, options, family, config, out_dir):
@@ -124,6 +124,7 @@ class Job:
 def run_job(job, options, log=say):
     """Runs `job` (a Job) with `options` (its options_class); returns the Trainer."""
     family = get_family(options.model_type)
+    job.log = log
     job.check_options(options)
     family.check_options(options)
     config = family.load_config(options.bert_config_file, options.max_seq_length)

@@ -157,7 +157,7 @@ class ClassifierJob(runner.Job):
             return 0, 0
         count = self.data["train"][1]
         steps = max(1, int(count / options.train_batch_size * options.num_train_epochs))
-        runner.say(f"Training on {count} examples for {options.num_train_epochs} epochs = "
+        self.log(f"Training on {count} examples for {options.num_train_epochs} epochs = "
                    f"{steps} steps of {options.train_batch_size}")
         return steps, int(steps * options.warmup_proportion)
 
@@ -187,7 +187,7 @@ class ClassifierJob(runner.Job):
             out = self._predict(trainer, family, config, options, "test", options.predict_batch_size)
             path = os.path.join(out_dir, "test_results.tsv")
             write_test_results(path, self.task, out["logits"])
-            runner.say(f"Wrote {len(out['logits'])} rows of predictions to {path}")
+            self.log(f"Wrote {len(out['logits'])} rows of predictions to {path}")
 
     def _predict(self, trainer, family, config, options, split, batch_size):
         """Model outputs for every real example of a split, in file order."""

@@ -92,7 +92,7 @@ class PretrainingJob(runner.Job):
 
     def prepare(self, options, family, config, out_dir):
         if options.do_train:
-            runner.say(f"Training on {len(self.files)} file(s) to step {options.num_train_steps}")
+            self.log(f"Training on {len(self.files)} file(s) to step {options.num_train_steps}")
         return options.num_train_steps, options.num_warmup_steps
 
     def make_task(self, family, config, options):

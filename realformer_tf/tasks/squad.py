@@ -136,14 +136,14 @@ class SquadJob(runner.Job):
         o, examples = options, self.examples
         skipped = self.train_file.num_questions - len(examples)
         if skipped:
-            runner.say(f"Skipped {skipped} training question(s) whose answer text could not be recovered "
+            self.log(f"Skipped {skipped} training question(s) whose answer text could not be recovered "
                        "from the whitespace-split context (as the original does)")
         self.train_path = os.path.join(out_dir, "train.tf_record")
         count = data.write_training_features(examples, self.tokenizer, o.max_seq_length, o.doc_stride,
                                              o.max_query_length, self.train_path)
         steps = int(len(examples) / o.train_batch_size * o.num_train_epochs)
         warmup = int(steps * o.warmup_proportion)
-        runner.say("***** Running training *****\n"
+        self.log("***** Running training *****\n"
                    f"  Num orig examples = {len(examples)}\n  Num split examples = {count}\n"
                    f"  Batch size = {o.train_batch_size}\n  Num steps = {steps} "
                    f"({o.num_train_epochs} epochs; {warmup} warmup)")
@@ -154,7 +154,7 @@ class SquadJob(runner.Job):
 
     def after_restore(self, trainer, resumed, options):
         if options.do_predict and not options.do_train and not resumed and not trainer.task.head_initialized:
-            runner.say(f"WARNING: no fine-tuned checkpoint in --output_dir={options.output_dir} and no span "
+            self.log(f"WARNING: no fine-tuned checkpoint in --output_dir={options.output_dir} and no span "
                        "head in --init_checkpoint: the span head is untrained and predictions are "
                        "meaningless. Train first (--do_train) or predict from a fine-tuned output_dir.")
 
@@ -174,7 +174,7 @@ class SquadJob(runner.Job):
         examples = data.read_examples(self.predict_file, False, v2)
         features = data.convert_examples(examples, self.tokenizer, o.max_seq_length, o.doc_stride,
                                          o.max_query_length, is_training=False)
-        runner.say("***** Running predictions *****\n"
+        self.log("***** Running predictions *****\n"
                    f"  Num orig examples = {len(examples)}\n  Num split examples = {len(features)}\n"
                    f"  Batch size = {o.predict_batch_size}")
         path = os.path.join(out_dir, "eval.tf_record")
@@ -192,7 +192,7 @@ class SquadJob(runner.Job):
             written["null_odds.json"] = null_odds
         for name, content in written.items():
             data.write_json(content, os.path.join(out_dir, name))
-        runner.say(f"Wrote {', '.join(written)} ({len(predictions)} questions) to {out_dir}")
+        self.log(f"Wrote {', '.join(written)} ({len(predictions)} questions) to {out_dir}")
         return predictions, null_odds
 
     def _evaluate(self, trainer, options, predictions, null_odds, out_dir):
@@ -200,9 +200,9 @@ class SquadJob(runner.Job):
         predict_file, v2 = self.predict_file, options.version_2_with_negative
         if not predict_file.has_answers:
             if predict_file.num_with_gold == 0:
-                runner.say(f"{options.predict_file} has no gold answers: predictions not evaluated")
+                self.log(f"{options.predict_file} has no gold answers: predictions not evaluated")
             else:
-                runner.say(f"Not evaluated: only {predict_file.num_with_gold} of {predict_file.num_questions} "
+                self.log(f"Not evaluated: only {predict_file.num_with_gold} of {predict_file.num_questions} "
                            f"questions in {options.predict_file} have gold answers"
                            + ("" if v2 else "; for SQuAD v2.0 data use --version_2_with_negative=True"))
             return
