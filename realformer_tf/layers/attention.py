@@ -12,9 +12,10 @@ Projections are plain `Dense` layers so the kernels keep BERT's 2-D checkpoint s
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from realformer_tf.layers import masking
+from realformer_tf.layers import scores as scores_lib
 
 HEAD_SCALE_POSITIONS = ("before_projection", "after_projection")
 
@@ -101,22 +102,9 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
             )
         super().build(query_shape)
 
-    def _split_heads(self, x):
-        shape = tf.shape(x)
-        return tf.reshape(x, [shape[0], shape[1], self.num_heads, self.key_dim])
-
-    def _scale_heads(self, x, chunk):
-        """Multiplies each of the `num_heads` chunks (of size `chunk`) of the last dim."""
-        shape = tf.shape(x)
-        heads = tf.reshape(x, [shape[0], shape[1], self.num_heads, chunk])
-        heads = heads * tf.cast(self.head_scale, x.dtype)[:, None]
-        return tf.reshape(heads, [shape[0], shape[1], self.num_heads * chunk])
-
     def attention_logits(self, scores):
         """Carried scores -> softmax logits (before the mask)."""
-        if self.use_running_mean:
-            return scores / tf.cast(self.layer_index + 1, scores.dtype)
-        return scores
+        return scores_lib.scores_to_logits(scores, self.layer_index, self.use_running_mean)
 
     def call(
         self,
@@ -129,38 +117,23 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         training=None,
     ):
         key = value if key is None else key
-        q = self._split_heads(self.query_dense(query))
-        k = self._split_heads(self.key_dense(key))
-        v = self._split_heads(self.value_dense(value))
-
-        # Scale q rather than q.k^T: same math, B*F*N*D multiplies instead of B*N*F*T.
-        q = q * tf.constant(self.key_dim**-0.5, dtype=q.dtype)
-        scores = tf.einsum("bfnd,btnd->bnft", q, k)
-        if prev_scores is not None:
-            scores = scores + tf.cast(prev_scores, scores.dtype)
-
-        # Mask and softmax in float32 under mixed precision: a -10000 bias added in
-        # half precision would swamp the logits (bf16 spacing near 1e4 is 64), and a
-        # half-precision exp/sum loses small probabilities.
-        softmax_dtype = tf.float32 if scores.dtype in (tf.float16, tf.bfloat16) else scores.dtype
-        logits = tf.cast(self.attention_logits(scores), softmax_dtype)
+        q = scores_lib.split_heads(self.query_dense(query), self.num_heads, self.key_dim)
+        k = scores_lib.split_heads(self.key_dense(key), self.num_heads, self.key_dim)
+        v = scores_lib.split_heads(self.value_dense(value), self.num_heads, self.key_dim)
+        scores = scores_lib.raw_scores(q, k, prev_scores)
         mask = masking.combine_masks(
-            attention_mask, tf.shape(query)[1], tf.shape(key)[1], use_causal_mask
+            attention_mask, ops.shape(query)[1], ops.shape(key)[1], use_causal_mask
         )
-        if mask is not None:
-            logits = logits + masking.mask_bias(mask, softmax_dtype)
-        probs = tf.cast(tf.nn.softmax(logits, axis=-1), v.dtype)
-        probs = self.probability_dropout(probs, training=training)
-
-        context = tf.einsum("bnft,btnd->bfnd", probs, v)
-        context = tf.reshape(
-            context, [tf.shape(context)[0], tf.shape(context)[1], self.num_heads * self.key_dim]
+        probs = scores_lib.attention_probabilities(
+            scores, mask, self.layer_index, self.use_running_mean
         )
+        probs = self.probability_dropout(ops.cast(probs, v.dtype), training=training)
+        context = scores_lib.merge_heads(scores_lib.context(probs, v))
         if self.use_head_scale and self.head_scale_position == "before_projection":
-            context = self._scale_heads(context, self.key_dim)
+            context = scores_lib.scale_heads(context, self.head_scale)
         output = self.output_dense(context)
         if self.use_head_scale and self.head_scale_position == "after_projection":
-            output = self._scale_heads(output, output.shape[-1] // self.num_heads)
+            output = scores_lib.scale_heads(output, self.head_scale)
         return output, scores
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
