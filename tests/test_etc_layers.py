@@ -355,3 +355,57 @@ def test_invalid_options_name_the_argument():
                              relative_vocab_size=5)
     with pytest.raises(ValueError, match="local_radius must be an integer >= 1"):
         GlobalLocalBlock(num_heads=2, intermediate_size=8, local_radius=0)
+
+
+# =================================================================== mixed precision
+def padded_side_inputs(L, G, long_lengths, global_lengths):
+    """Key-padding masks as a user would build them from padding alone: padding attends
+    to nothing, so the padded rows deep in the tail (and a padded global token) are
+    FULLY masked."""
+    long_mask = ref.padding_mask(B, L, long_lengths)
+    global_mask = ref.padding_mask(B, G, global_lengths)
+    return {
+        "l2l_att_mask": long_mask,
+        "l2g_att_mask": long_mask[:, :, None] * global_mask[:, None, :],
+        "g2g_att_mask": global_mask[:, :, None] * global_mask[:, None, :],
+        "g2l_att_mask": global_mask[:, :, None] * long_mask[:, None, :],
+    }
+
+
+def _run_in_policy(make, policy, weights, xl, xg, call):
+    layer = make(dtype=policy)
+    layer.build((None, None, H), (None, None, H))
+    if weights is not None:
+        layer.set_weights(weights)
+    outs = call(layer, xl, xg)
+    return layer, [to_np(keras.ops.cast(o, "float32")) for o in outs]
+
+
+@pytest.mark.parametrize("which", ["attention", "encoder"])
+def test_mixed_bfloat16_matches_float32_with_padding(which):
+    """Under mixed_bfloat16 the mask bias and softmax run in float32: a -10000 bias added
+    in bfloat16 (spacing 64 near 1e4) would wipe out the logits of fully masked rows."""
+    L, G, r, M = 13, 3, 2, 2
+    rng = np.random.default_rng(21)
+    side = as_tensors(padded_side_inputs(L, G, [L, L - 6], [G, G - 1]))
+    xl = rng.normal(size=(B, L, H)).astype(np.float32)
+    xg = rng.normal(size=(B, G, H)).astype(np.float32)
+    if which == "attention":
+        make = lambda dtype: make_layer(r, M, dtype=dtype)  # noqa: E731
+        call = lambda layer, xl, xg: layer(xl, xg, **side)[:2]  # noqa: E731
+    else:
+        make = lambda dtype: GlobalLocalEncoder(  # noqa: E731
+            num_layers=2, num_heads=N, intermediate_size=I, hidden_dropout=0.0, attention_dropout=0.0,
+            local_radius=r, relative_pos_max_distance=M, relative_vocab_size=2 * M + 4, dtype=dtype)
+        call = lambda layer, xl, xg: [layer(xl, xg, side_inputs=side)[k]  # noqa: E731
+                                      for k in ("long_output", "global_output")]
+    full, expected = _run_in_policy(make, "float32", None, xl, xg, call)
+    ref.randomize_weights(full, seed=4)
+    expected = [to_np(o) for o in call(full, xl, xg)]
+    _, got = _run_in_policy(make, "mixed_bfloat16", full.get_weights(), xl, xg, call)
+    dead = padded_side_inputs(L, G, [L, L - 6], [G, G - 1])["l2g_att_mask"].sum(-1) == 0
+    assert dead[1, -3:].all(), "the tail of example 1 is fully masked"
+    for label, g, e in zip(("long", "global"), got, expected):
+        assert np.all(np.isfinite(g)), label
+        # bfloat16 keeps 8 significant bits: 2^-8 relative per op, a few ops deep.
+        ref.assert_close(f"bf16 {which} {label}", g, e, 0.03 * max(1.0, np.abs(e).max()))

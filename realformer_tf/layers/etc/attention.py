@@ -21,7 +21,7 @@ running-mean option the softmax sees `scores / (layer_index + 1)`, then the mask
 import keras
 import tensorflow as tf
 
-from realformer_tf.layers import masking
+from realformer_tf.layers import scores as score_math
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.etc import blocked, relative
 
@@ -217,10 +217,6 @@ class GlobalLocalAttention(keras.layers.Layer):
                 name=f"{side}_head_scale", shape=(self.num_heads,), initializer="ones"))
 
     # -- call steps -----------------------------------------------------------------------
-    def _split_heads(self, x):
-        shape = tf.shape(x)
-        return tf.reshape(x, [shape[0], shape[1], self.num_heads, self.key_dim])
-
     def _project(self, long_input, global_input):
         """All ten pieces as [B, T, N, D]; a shared layer applied to the same input is
         computed once."""
@@ -230,7 +226,7 @@ class GlobalLocalAttention(keras.layers.Layer):
             x = long_input if piece in _READS_LONG else global_input
             key = (id(layer), id(x))
             if key not in cache:
-                cache[key] = self._split_heads(layer(x))
+                cache[key] = score_math.split_heads(layer(x), self.num_heads, self.key_dim)
             heads[piece] = cache[key]
         return heads
 
@@ -268,14 +264,12 @@ class GlobalLocalAttention(keras.layers.Layer):
                 tf.shape(heads["g2l_key"])[1])
         return self._scale(scores, prev_scores)
 
-    def attention_logits(self, scores):
-        if self.use_running_mean:
-            return scores / tf.cast(self.layer_index + 1, scores.dtype)
-        return scores
-
     def _probabilities(self, scores, mask, training):
-        logits = self.attention_logits(scores) + masking.mask_bias(mask, scores.dtype)
-        probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+        """Carried scores -> dropped-out probabilities in the values' dtype. The shared
+        score math adds the mask bias and takes the softmax in float32 under mixed
+        precision (a -10000 bias in bfloat16 would swamp the logits)."""
+        probs = score_math.attention_probabilities(
+            scores, mask, layer_index=self.layer_index, use_running_mean=self.use_running_mean)
         return self.probability_dropout(tf.cast(probs, scores.dtype), training=training)
 
     def _long_context(self, probs, heads):
@@ -289,22 +283,15 @@ class GlobalLocalAttention(keras.layers.Layer):
         values = tf.concat([heads["g2g_value"], heads["g2l_value"]], axis=1)
         return tf.einsum("bhqk,bkhd->bqhd", probs, values)
 
-    def _scale_heads(self, x, scale, chunk):
-        shape = tf.shape(x)
-        heads = tf.reshape(x, [shape[0], shape[1], self.num_heads, chunk])
-        heads = heads * tf.cast(scale, x.dtype)[:, None]
-        return tf.reshape(heads, [shape[0], shape[1], self.num_heads * chunk])
-
     def _output(self, context, side):
         """[B, T, N, D] context -> output projection (+ NormFormer head scale)."""
-        shape = tf.shape(context)
-        context = tf.reshape(context, [shape[0], shape[1], self.num_heads * self.key_dim])
+        context = score_math.merge_heads(context)
         scale = getattr(self, f"{side}_head_scale", None)
         if self.use_head_scale and self.head_scale_position == "before_projection":
-            context = self._scale_heads(context, scale, self.key_dim)
+            context = score_math.scale_heads(context, scale)
         output = self._output_projection(side)(context)
         if self.use_head_scale and self.head_scale_position == "after_projection":
-            output = self._scale_heads(output, scale, output.shape[-1] // self.num_heads)
+            output = score_math.scale_heads(output, scale)
         return output
 
     def _global_side_mask(self, g2g_att_mask, g2l_att_mask, batch, global_len, long_len):
