@@ -19,7 +19,7 @@ running-mean option the softmax sees `scores / (layer_index + 1)`, then the mask
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from realformer_tf.layers import scores as score_math
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
@@ -232,9 +232,9 @@ class GlobalLocalAttention(keras.layers.Layer):
 
     def _scale(self, scores, prev_scores):
         """1/sqrt(head_dim) after the relative scores (ETC's order), then the carried sum."""
-        scores = scores * tf.cast(self.key_dim**-0.5, scores.dtype)
+        scores = scores * ops.cast(self.key_dim**-0.5, scores.dtype)
         if prev_scores is not None:
-            scores = scores + tf.cast(prev_scores, scores.dtype)
+            scores = scores + ops.cast(prev_scores, scores.dtype)
         return scores
 
     def _long_side_scores(self, heads, l2l_ids, l2g_ids, prev_scores):
@@ -243,25 +243,25 @@ class GlobalLocalAttention(keras.layers.Layer):
         on inner axes (slow gradients on CPU)."""
         q_blocks = blocked.split_into_blocks(heads["long_query"], self.block_len)  # [B, nb, bl, N, D]
         keys = blocked.blocked_keys_with_globals(heads["l2l_key"], heads["l2g_key"], self.block_len)
-        scores = tf.einsum("bcqhd,bckhd->bhcqk", q_blocks, keys)
+        scores = ops.einsum("bcqhd,bckhd->bhcqk", q_blocks, keys)
         if self.use_relative:
             rel_all = relative.relative_table_scores(
                 q_blocks, self.long_relative_embeddings, self.long_relative_bias)
             scores = scores + relative.long_relative_scores(
                 rel_all, l2l_ids, l2g_ids, self.block_len, self.relative_pos_max_distance,
-                tf.shape(heads["l2g_key"])[1])
+                ops.shape(heads["l2g_key"])[1])
         return self._scale(scores, prev_scores)
 
     def _global_side_scores(self, heads, g2g_ids, g2l_ids, prev_scores):
         """[B, N, G, G+L] carried global-side scores (keys: global, then long)."""
-        keys = tf.concat([heads["g2g_key"], heads["g2l_key"]], axis=1)       # [B, G+L, N, D]
-        scores = tf.einsum("bqhd,bkhd->bhqk", heads["global_query"], keys)
+        keys = ops.concatenate([heads["g2g_key"], heads["g2l_key"]], axis=1)       # [B, G+L, N, D]
+        scores = ops.einsum("bqhd,bkhd->bhqk", heads["global_query"], keys)
         if self.use_relative:
             rel_all = relative.relative_table_scores(
                 heads["global_query"], self.global_relative_embeddings, self.global_relative_bias)
             scores = scores + relative.global_relative_scores(
                 rel_all, g2g_ids, g2l_ids, self.relative_pos_max_distance,
-                tf.shape(heads["g2l_key"])[1])
+                ops.shape(heads["g2l_key"])[1])
         return self._scale(scores, prev_scores)
 
     def _probabilities(self, scores, mask, training):
@@ -270,18 +270,18 @@ class GlobalLocalAttention(keras.layers.Layer):
         precision (a -10000 bias in bfloat16 would swamp the logits)."""
         probs = score_math.attention_probabilities(
             scores, mask, layer_index=self.layer_index, use_running_mean=self.use_running_mean)
-        return self.probability_dropout(tf.cast(probs, scores.dtype), training=training)
+        return self.probability_dropout(ops.cast(probs, scores.dtype), training=training)
 
     def _long_context(self, probs, heads):
         """[B, N, nb, bl, 3bl+G] probabilities -> [B, L, N, D] context."""
         values = blocked.blocked_keys_with_globals(heads["l2l_value"], heads["l2g_value"], self.block_len)
-        context = tf.einsum("bhcqk,bckhd->bcqhd", probs, values)             # [B, nb, bl, N, D]
-        return blocked.merge_blocks(context, tf.shape(heads["l2l_value"])[1])
+        context = ops.einsum("bhcqk,bckhd->bcqhd", probs, values)             # [B, nb, bl, N, D]
+        return blocked.merge_blocks(context, ops.shape(heads["l2l_value"])[1])
 
     def _global_context(self, probs, heads):
         """[B, N, G, G+L] probabilities -> [B, G, N, D] context."""
-        values = tf.concat([heads["g2g_value"], heads["g2l_value"]], axis=1)
-        return tf.einsum("bhqk,bkhd->bqhd", probs, values)
+        values = ops.concatenate([heads["g2g_value"], heads["g2l_value"]], axis=1)
+        return score_math.context(probs, values)
 
     def _output(self, context, side):
         """[B, T, N, D] context -> output projection (+ NormFormer head scale)."""
@@ -297,14 +297,14 @@ class GlobalLocalAttention(keras.layers.Layer):
     def _global_side_mask(self, g2g_att_mask, g2l_att_mask, batch, global_len, long_len):
         """0/1 mask [B, 1, G, G+L] of the fused global-side scores."""
         if g2g_att_mask is None:
-            g2g_att_mask = tf.ones([batch, global_len, global_len], tf.int32)
+            g2g_att_mask = ops.ones((batch, global_len, global_len), "int32")
         elif len(g2g_att_mask.shape) == 2:  # [B, G] key padding
-            g2g_att_mask = tf.broadcast_to(
-                tf.cast(g2g_att_mask, tf.int32)[:, None, :], [batch, global_len, global_len])
+            g2g_att_mask = ops.broadcast_to(
+                ops.cast(g2g_att_mask, "int32")[:, None, :], (batch, global_len, global_len))
         if g2l_att_mask is None:
-            g2l_att_mask = tf.ones([batch, global_len, long_len], tf.int32)
-        return tf.concat([tf.cast(g2g_att_mask, tf.int32), tf.cast(g2l_att_mask, tf.int32)],
-                         axis=-1)[:, None]
+            g2l_att_mask = ops.ones((batch, global_len, long_len), "int32")
+        return ops.concatenate([ops.cast(g2g_att_mask, "int32"), ops.cast(g2l_att_mask, "int32")],
+                               axis=-1)[:, None]
 
     # -- call -----------------------------------------------------------------------------
     def call(
@@ -323,8 +323,8 @@ class GlobalLocalAttention(keras.layers.Layer):
         prev_global_scores=None,
         training=None,
     ):
-        batch, long_len = tf.shape(long_input)[0], tf.shape(long_input)[1]
-        global_len = tf.shape(global_input)[1]
+        batch, long_len = ops.shape(long_input)[:2]
+        global_len = ops.shape(global_input)[1]
         heads = self._project(long_input, global_input)
 
         long_scores = self._long_side_scores(

@@ -20,39 +20,36 @@ query i is key i - r + m); `skew_local_to_blocks` converts such masks and ids.
 """
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 LONG_SCORE_LAYOUT = "[batch, heads, num_blocks, block_len, 3 * block_len + global_len]"
 GLOBAL_SCORE_LAYOUT = "[batch, heads, global_len, global_len + long_len]"
 
 
 def num_blocks_for(seq_len, block_len):
+    """Blocks of `block_len` covering `seq_len` tokens (a Python int or a scalar tensor)."""
     return (seq_len + block_len - 1) // block_len
+
+
+def _pad_axis_1(x, before, after, pad_value=0):
+    """Pads axis 1 of a tensor of any rank (the pad amounts may be dynamic)."""
+    widths = [[0, 0], [before, after]] + [[0, 0]] * (len(x.shape) - 2)
+    return ops.pad(x, widths, constant_values=pad_value)
 
 
 def split_into_blocks(x, block_len, pad_value=0):
     """[B, L, ...] -> [B, num_blocks, block_len, ...], padding L up to a multiple."""
-    shape = tf.shape(x)
-    seq_len = shape[1]
-    num_blocks = (seq_len + block_len - 1) // block_len
-    pad = num_blocks * block_len - seq_len
-    paddings = tf.concat([[[0, 0], [0, pad]], tf.zeros([tf.rank(x) - 2, 2], tf.int32)], axis=0)
-    x = tf.pad(x, paddings, constant_values=tf.cast(pad_value, x.dtype))
-    new_shape = tf.concat([[shape[0], num_blocks, block_len], shape[2:]], axis=0)
-    out = tf.reshape(x, new_shape)
-    static = x.shape.as_list() if hasattr(x.shape, "as_list") else list(x.shape)
-    out.set_shape([static[0], None, block_len] + static[2:])
-    return out
+    shape = ops.shape(x)
+    num_blocks = num_blocks_for(shape[1], block_len)
+    x = _pad_axis_1(x, 0, num_blocks * block_len - shape[1], pad_value)
+    return ops.reshape(x, (shape[0], num_blocks, block_len) + tuple(shape[2:]))
 
 
 def merge_blocks(blocked, seq_len):
     """[B, nb, bl, ...] -> [B, seq_len, ...]: undoes `split_into_blocks`."""
-    shape = tf.shape(blocked)
-    padded_len = shape[1] * shape[2]
-    merged = tf.reshape(blocked, tf.concat([[shape[0], padded_len], shape[3:]], axis=0))
-    # tf.split, not a slice: its gradient is a concat (fast), a slice's is not.
-    merged, _ = tf.split(merged, [seq_len, padded_len - seq_len], axis=1)
-    return merged
+    shape = ops.shape(blocked)
+    merged = ops.reshape(blocked, (shape[0], shape[1] * shape[2]) + tuple(shape[3:]))
+    return merged[:, :seq_len]
 
 
 def concat_3_blocks(blocked, pad_value=0):
@@ -61,15 +58,13 @@ def concat_3_blocks(blocked, pad_value=0):
 
     Written as ONE gather of whole blocks: its gradient is a segment sum of contiguous
     rows, where slicing / concatenating on an inner axis has gradients that are many
-    times slower than the forward pass on CPU.
+    times slower than the forward pass on CPU (TensorFlow).
     """
-    shape = tf.shape(blocked)
-    rank = len(blocked.shape)
-    padded = tf.pad(blocked, [[0, 0], [1, 1]] + [[0, 0]] * (rank - 2),
-                    constant_values=tf.cast(pad_value, blocked.dtype))
-    index = tf.range(shape[1])[:, None] + tf.range(3)[None, :]            # [nb, 3]
-    out = tf.gather(padded, index, axis=1)                                # [B, nb, 3, bl, ...]
-    return tf.reshape(out, tf.concat([shape[:2], [3 * shape[2]], shape[3:]], axis=0))
+    shape = ops.shape(blocked)
+    padded = _pad_axis_1(blocked, 1, 1, pad_value)
+    index = ops.arange(shape[1])[:, None] + ops.arange(3)[None, :]        # [nb, 3]
+    out = ops.take(padded, index, axis=1)                                 # [B, nb, 3, bl, ...]
+    return ops.reshape(out, (shape[0], shape[1], 3 * shape[2]) + tuple(shape[3:]))
 
 
 def blocked_keys_with_globals(long_keys, global_keys, block_len):
@@ -78,40 +73,34 @@ def blocked_keys_with_globals(long_keys, global_keys, block_len):
     (previous, current, next long block, then every global key; zero rows where the long
     sequence is padded). One gather from [zero block | long (padded) | zero block | global].
     """
-    shape = tf.shape(long_keys)
-    seq_len = shape[1]
-    num_blocks = (seq_len + block_len - 1) // block_len
-    rank = len(long_keys.shape)
-    trailing = [[0, 0]] * (rank - 2)
+    seq_len, global_len = ops.shape(long_keys)[1], ops.shape(global_keys)[1]
+    num_blocks = num_blocks_for(seq_len, block_len)
     end_pad = num_blocks * block_len - seq_len + block_len
-    source = tf.concat([
-        tf.pad(long_keys, [[0, 0], [block_len, end_pad]] + trailing),
-        tf.cast(global_keys, long_keys.dtype),
+    source = ops.concatenate([
+        _pad_axis_1(long_keys, block_len, end_pad),
+        ops.cast(global_keys, long_keys.dtype),
     ], axis=1)                                                            # [B, (nb+2)*bl + G, ...]
-    local = tf.range(num_blocks)[:, None] * block_len + tf.range(3 * block_len)[None, :]
-    glob = (num_blocks + 2) * block_len + tf.range(tf.shape(global_keys)[1])
-    index = tf.concat([local, tf.broadcast_to(glob[None, :], [num_blocks, tf.shape(glob)[0]])], axis=1)
-    return tf.gather(source, index, axis=1)
+    local = ops.arange(num_blocks)[:, None] * block_len + ops.arange(3 * block_len)[None, :]
+    glob = (num_blocks + 2) * block_len + ops.arange(global_len)
+    index = ops.concatenate([local, ops.broadcast_to(glob[None, :], (num_blocks, global_len))], axis=1)
+    return ops.take(source, index, axis=1)
 
 
 def skew_local_to_blocks(local, block_len, pad_value=0):
     """ETC local layout [B, L, 2r+1] (entry m of query i is key i - r + m) -> blocked
     layout [B, nb, bl, 3*bl] (entry k of query q in block c is key (c-1)*bl + k), with
     r = block_len - 1. Entries outside the window get `pad_value`."""
-    radius = block_len - 1
-    window = 2 * radius + 1
+    window = 2 * block_len - 1
     blocked = split_into_blocks(local, block_len, pad_value)  # [B, nb, bl, 2r+1]
     width = 3 * block_len + 1
     # Row q: [pad] + window + pads, then reading rows of width `width - 1` shifts row q
     # right by q: out[q, k] = padded[k - q], i.e. local[q, k - q - 1].
-    padded = tf.pad(
-        blocked, [[0, 0], [0, 0], [0, 0], [1, width - window - 1]],
-        constant_values=tf.cast(pad_value, blocked.dtype),
-    )
-    shape = tf.shape(padded)
-    flat = tf.reshape(padded, [shape[0], shape[1], block_len * width])
+    padded = ops.pad(blocked, [[0, 0], [0, 0], [0, 0], [1, width - window - 1]],
+                     constant_values=pad_value)
+    shape = ops.shape(padded)
+    flat = ops.reshape(padded, (shape[0], shape[1], block_len * width))
     flat = flat[:, :, : block_len * (width - 1)]
-    return tf.reshape(flat, [shape[0], shape[1], block_len, 3 * block_len])
+    return ops.reshape(flat, (shape[0], shape[1], block_len, 3 * block_len))
 
 
 def local_offsets(block_len):
@@ -134,21 +123,21 @@ def blocked_long_mask(l2l_att_mask, l2g_att_mask, batch, long_len, global_len, b
     """
     bl = block_len
     local_mask = None
-    key_valid = tf.ones([batch, long_len], tf.int32)
+    key_valid = ops.ones((batch, long_len), "int32")
     if l2l_att_mask is not None and len(l2l_att_mask.shape) == 3:
-        local_mask = skew_local_to_blocks(tf.cast(l2l_att_mask, tf.int32), bl)
+        local_mask = skew_local_to_blocks(ops.cast(l2l_att_mask, "int32"), bl)
     elif l2l_att_mask is not None:
-        key_valid = tf.cast(l2l_att_mask, tf.int32)
+        key_valid = ops.cast(l2l_att_mask, "int32")
     # Keys beyond the sequence (block padding) are invalid through the zero padding.
     key_valid = concat_3_blocks(split_into_blocks(key_valid, bl))          # [B, nb, 3bl]
-    l2l_mask = key_valid[:, :, None, :] * tf.constant(band_mask(bl))[None, None]
+    l2l_mask = key_valid[:, :, None, :] * ops.convert_to_tensor(band_mask(bl))[None, None]
     if local_mask is not None:
         l2l_mask = l2l_mask * local_mask
     if l2g_att_mask is None:
-        l2g_blocked = tf.ones([batch, tf.shape(l2l_mask)[1], bl, global_len], tf.int32)
+        l2g_blocked = ops.ones((batch, num_blocks_for(long_len, bl), bl, global_len), "int32")
     else:
-        l2g_blocked = split_into_blocks(tf.cast(l2g_att_mask, tf.int32), bl)
-    return tf.concat([l2l_mask, l2g_blocked], axis=-1)[:, None]
+        l2g_blocked = split_into_blocks(ops.cast(l2g_att_mask, "int32"), bl)
+    return ops.concatenate([l2l_mask, l2g_blocked], axis=-1)[:, None]
 
 
 def blocked_to_dense_long_scores(long_scores, long_len, block_len):

@@ -21,7 +21,7 @@ column per key by its id, instead of gathering a [head_dim] vector per (query, k
 """
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from realformer_tf.layers.etc import blocked
 
@@ -72,25 +72,29 @@ def validate_etc_options(local_radius, relative_pos_max_distance, relative_vocab
 # -------------------------------------------------------------------- relative scores
 def relative_table_scores(queries, table, bias):
     """queries [..., N, D] -> [..., N, R]: q . table[r] + bias[r] for every id r."""
-    table = tf.cast(table, queries.dtype)
-    bias = tf.cast(bias, queries.dtype)
-    shape = tf.shape(queries)
-    num_heads, head_dim = table.shape[1], table.shape[2]
-    flat = tf.reshape(queries, [-1, num_heads, head_dim])
-    scores = tf.einsum("phd,rhd->phr", flat, table) + tf.transpose(bias)
-    return tf.reshape(scores, tf.concat([shape[:-1], [table.shape[0]]], axis=0))
+    table = ops.cast(table, queries.dtype)
+    bias = ops.cast(bias, queries.dtype)
+    return ops.einsum("...hd,rhd->...hr", queries, table) + ops.transpose(bias)
 
 
-def pick_by_id(all_scores, ids, batch_dims):
-    """all_scores [<batch_dims>, N, R], ids [<batch_dims>, K] -> [<batch_dims>, N, K]."""
-    return tf.gather(all_scores, ids, axis=batch_dims + 1, batch_dims=batch_dims)
+def pick_by_id(all_scores, ids):
+    """all_scores [..., N, R], ids [..., K] (the same leading dims) -> [..., N, K]:
+    entry [..., n, k] is all_scores[..., n, ids[..., k]]."""
+    ids = ops.expand_dims(ops.cast(ids, "int32"), -2)                      # [..., 1, K]
+    target = tuple(ops.shape(all_scores)[:-1]) + (ops.shape(ids)[-1],)
+    return ops.take_along_axis(all_scores, ops.broadcast_to(ids, target), axis=-1)
+
+
+def _onehot(ids, vocab_size, dtype):
+    """Static one-hot rows of numpy `ids`, as a constant tensor."""
+    return ops.convert_to_tensor(np.eye(vocab_size)[ids], dtype=dtype)
 
 
 def local_relative_onehot(block_len, max_distance, vocab_size, dtype):
     """Static [bl, 3*bl, R] one-hot of the positional l2l ids of the blocked layout
     (the same for every block): picking those ids becomes one small matmul."""
     ids = relative_position_ids(blocked.local_offsets(block_len), max_distance)
-    return tf.constant(np.eye(vocab_size)[ids], dtype=dtype)
+    return _onehot(ids, vocab_size, dtype)
 
 
 def long_relative_scores(rel_all, l2l_ids, l2g_ids, block_len, max_distance, global_len):
@@ -106,26 +110,27 @@ def long_relative_scores(rel_all, l2l_ids, l2g_ids, block_len, max_distance, glo
     bl, M = block_len, max_distance
     pad_id = padding_relative_id(M)
     if l2l_ids is not None:
-        ids = blocked.skew_local_to_blocks(tf.cast(l2l_ids, tf.int32), bl, pad_id)
+        ids = blocked.skew_local_to_blocks(ops.cast(l2l_ids, "int32"), bl, pad_id)
         if l2g_ids is None:
-            shape = tf.shape(ids)
-            side_ids = tf.fill([shape[0], shape[1], bl, global_len], l2g_other_id(M))
+            shape = ops.shape(ids)
+            side_ids = ops.full((shape[0], shape[1], bl, global_len), l2g_other_id(M), "int32")
         else:
-            side_ids = blocked.split_into_blocks(tf.cast(l2g_ids, tf.int32), bl, pad_id)
-        picked = pick_by_id(rel_all, tf.concat([ids, side_ids], axis=-1), 3)
-        return tf.transpose(picked, [0, 3, 1, 2, 4])
+            side_ids = blocked.split_into_blocks(ops.cast(l2g_ids, "int32"), bl, pad_id)
+        picked = pick_by_id(rel_all, ops.concatenate([ids, side_ids], axis=-1))
+        return ops.transpose(picked, (0, 3, 1, 2, 4))
     vocab_size = rel_all.shape[-1]
     local = local_relative_onehot(bl, M, vocab_size, rel_all.dtype)        # [bl, 3bl, R]
     if l2g_ids is None:
-        other = tf.one_hot(l2g_other_id(M), vocab_size, dtype=rel_all.dtype)
-        onehot = tf.concat([local, tf.broadcast_to(other[None, None], [bl, global_len, vocab_size])], 1)
-        return tf.einsum("bcqhr,qkr->bhcqk", rel_all, onehot)
-    rel_local = tf.einsum("bcqhr,qkr->bhcqk", rel_all, local)             # [B, N, nb, bl, 3bl]
-    side_ids = blocked.split_into_blocks(tf.cast(l2g_ids, tf.int32), bl, pad_id)
-    rel_side = tf.transpose(pick_by_id(rel_all, side_ids, 3), [0, 3, 1, 2, 4])
+        other = _onehot(l2g_other_id(M), vocab_size, rel_all.dtype)
+        onehot = ops.concatenate(
+            [local, ops.broadcast_to(other[None, None], (bl, global_len, vocab_size))], axis=1)
+        return ops.einsum("bcqhr,qkr->bhcqk", rel_all, onehot)
+    rel_local = ops.einsum("bcqhr,qkr->bhcqk", rel_all, local)             # [B, N, nb, bl, 3bl]
+    side_ids = blocked.split_into_blocks(ops.cast(l2g_ids, "int32"), bl, pad_id)
+    rel_side = ops.transpose(pick_by_id(rel_all, side_ids), (0, 3, 1, 2, 4))
     # Padding (gradient: a slice) instead of a concat on the key axis.
     no_pad = [[0, 0]] * 4
-    return tf.pad(rel_local, no_pad + [[0, global_len]]) + tf.pad(rel_side, no_pad + [[3 * bl, 0]])
+    return ops.pad(rel_local, no_pad + [[0, global_len]]) + ops.pad(rel_side, no_pad + [[3 * bl, 0]])
 
 
 def global_relative_scores(rel_all, g2g_ids, g2l_ids, max_distance, long_len):
@@ -137,19 +142,17 @@ def global_relative_scores(rel_all, g2g_ids, g2l_ids, max_distance, long_len):
       g2l_ids: [B, G, L] or None (all 2M+1).
     """
     M = max_distance
-    shape = tf.shape(rel_all)
-    batch, global_len, num_heads = shape[0], shape[1], shape[2]
+    batch, global_len, num_heads = ops.shape(rel_all)[:3]
     if g2g_ids is None:
-        positions = tf.range(global_len)
+        positions = ops.arange(global_len)
         offsets = positions[None, :] - positions[:, None]
-        g2g_ids = tf.broadcast_to(tf.clip_by_value(offsets, -M, M)[None] + M,
-                                  [batch, global_len, global_len])
+        g2g_ids = ops.broadcast_to(ops.clip(offsets, -M, M)[None] + M, (batch, global_len, global_len))
     if g2l_ids is not None:
-        ids = tf.concat([tf.cast(g2g_ids, tf.int32), tf.cast(g2l_ids, tf.int32)], axis=-1)
-        return tf.transpose(pick_by_id(rel_all, ids, 2), [0, 2, 1, 3])
-    g2g = pick_by_id(rel_all, tf.cast(g2g_ids, tf.int32), 2)
-    g2l = tf.broadcast_to(rel_all[..., l2g_other_id(M), None], [batch, global_len, num_heads, long_len])
+        ids = ops.concatenate([ops.cast(g2g_ids, "int32"), ops.cast(g2l_ids, "int32")], axis=-1)
+        return ops.transpose(pick_by_id(rel_all, ids), (0, 2, 1, 3))
+    g2g = pick_by_id(rel_all, g2g_ids)
+    g2l = ops.broadcast_to(rel_all[..., l2g_other_id(M), None], (batch, global_len, num_heads, long_len))
     # Padding (gradient: a slice) instead of a concat on the key axis.
-    rel = (tf.pad(g2g, [[0, 0], [0, 0], [0, 0], [0, long_len]])
-           + tf.pad(g2l, [[0, 0], [0, 0], [0, 0], [global_len, 0]]))
-    return tf.transpose(rel, [0, 2, 1, 3])
+    no_pad = [[0, 0]] * 3
+    rel = ops.pad(g2g, no_pad + [[0, long_len]]) + ops.pad(g2l, no_pad + [[global_len, 0]])
+    return ops.transpose(rel, (0, 2, 1, 3))
