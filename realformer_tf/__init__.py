@@ -20,3 +20,4 @@ __version__ = "0.1.0"
 from realformer_tf import layers  # noqa: E402,F401
 from realformer_tf import modeling  # noqa: E402,F401
 from realformer_tf import etc_modeling  # noqa: E402,F401
+from realformer_tf import optimization  # noqa: E402,F401
