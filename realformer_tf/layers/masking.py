@@ -30,12 +30,50 @@ def causal_mask(query_len, key_len, dtype="int32"):
     return ops.cast(cols <= rows, dtype)[None, None, :, :]
 
 
-def combine_masks(attention_mask, query_len, key_len, use_causal_mask):
-    """Returns a [B|1, 1, F|1, T] 0/1 mask or None when nothing is masked."""
-    mask = None
+def _keras_mask(mask, name):
+    """A [batch, length] Keras mask (bool or 0/1) as int32, its rank checked."""
+    if len(mask.shape) != 2:
+        raise ValueError(
+            f"{name} must have rank 2 [batch, length] (a Keras mask); got shape"
+            f" {tuple(mask.shape)}"
+        )
+    return ops.cast(mask, "int32")
+
+
+def combine_masks(attention_mask, query_len, key_len, use_causal_mask, query_mask=None,
+                  key_masks=()):
+    """Returns a [B|1, 1, F|1, T] 0/1 mask, or None when nothing is masked.
+
+    Combines (logical AND) the explicit `attention_mask`, the causal mask, the query's
+    Keras mask ([B, F]: a masked query row attends nowhere, so its softmax is uniform)
+    and the keys' Keras masks ([B, T] each), as `keras.layers.MultiHeadAttention` does.
+    """
+    masks = []
     if attention_mask is not None:
-        mask = to_attention_mask_4d(ops.cast(attention_mask, "int32"))
+        masks.append(to_attention_mask_4d(ops.cast(attention_mask, "int32")))
     if use_causal_mask:
-        causal = causal_mask(query_len, key_len)
-        mask = causal if mask is None else mask * causal
+        masks.append(causal_mask(query_len, key_len))
+    if query_mask is not None:
+        masks.append(_keras_mask(query_mask, "query_mask")[:, None, :, None])
+    for name, key_mask in zip(("value_mask", "key_mask"), key_masks):
+        if key_mask is not None:
+            masks.append(_keras_mask(key_mask, name)[:, None, None, :])
+    if not masks:
+        return None
+    mask = masks[0]
+    for other in masks[1:]:
+        mask = mask * other
     return mask
+
+
+def keras_mask_of(x):
+    """The Keras mask attached to `x` (e.g. by `Embedding(mask_zero=True)`), or None.
+
+    Keras fills in a layer's `mask` argument only when `x` is its only tensor argument;
+    a block also given `prev_scores` or an `attention_mask` tensor reads the mask here.
+    Keras keeps masks in a private attribute (a side table on JAX), hence the private
+    getter; tests/test_keras_user.py fails if it stops finding the mask.
+    """
+    from keras.src.backend import get_keras_mask  # no public getter in Keras 3.15
+
+    return get_keras_mask(x)

@@ -63,7 +63,9 @@ def raw_scores(query, key, prev_scores=None):
     """
     head_dim = query.shape[-1]
     # Scale q rather than q.k^T: same math, B*F*N*D multiplies instead of B*N*F*T.
-    query = query * ops.cast(float(head_dim) ** -0.5, query.dtype)
+    # A Python float keeps the query's dtype (a float32 constant would cost float64
+    # users their precision).
+    query = query * (float(head_dim) ** -0.5)
     scores = ops.einsum("bfnd,btnd->bnft", query, key)
     if prev_scores is not None:
         scores = scores + ops.cast(prev_scores, scores.dtype)
@@ -73,7 +75,7 @@ def raw_scores(query, key, prev_scores=None):
 def scores_to_logits(scores, layer_index=0, use_running_mean=False):
     """Carried scores -> softmax logits before the mask (running mean: / (l + 1))."""
     if use_running_mean:
-        return scores / ops.cast(layer_index + 1, scores.dtype)
+        return scores / float(layer_index + 1)
     return scores
 
 
@@ -97,7 +99,7 @@ def mask_bias(mask, dtype, mask_value=MASK_VALUE):
     -10000 (the original BERT) is finite in every float dtype, so a fully masked row
     gets a finite softmax (all its logits shift alike) instead of NaN.
     """
-    return (1.0 - ops.cast(mask, dtype)) * ops.cast(mask_value, dtype)
+    return (1.0 - ops.cast(mask, dtype)) * float(mask_value)
 
 
 def attention_probabilities(
