@@ -312,7 +312,7 @@ def test_residual_score_paths_per_side_over_three_layers(case):
 # ==================================================================== serialization
 def _same_outputs(a, b, call):
     for x, y in zip(call(a), call(b)):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+        np.testing.assert_allclose(to_np(x), to_np(y), atol=1e-6)
 
 
 def test_layers_get_config_from_config_round_trip():
