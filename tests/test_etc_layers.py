@@ -9,6 +9,7 @@ on every Keras backend: `KERAS_BACKEND=jax pytest tests/test_etc_layers.py` (or 
 Run with `-s` to see the deviations (`DEV ...`).
 """
 
+import doctest
 import json
 import zlib
 
@@ -28,6 +29,8 @@ from etc_numpy_reference import (
 )
 from realformer_tf.data import etc_inputs
 from realformer_tf.layers import GlobalLocalAttention, GlobalLocalBlock, GlobalLocalEncoder
+from realformer_tf.layers.etc import attention as etc_attention
+from realformer_tf.layers.etc import encoder as etc_encoder
 
 B, H, N, I = 2, 12, 3, 20
 D = H // N
@@ -315,38 +318,93 @@ def _same_outputs(a, b, call):
         np.testing.assert_allclose(to_np(x), to_np(y), atol=1e-6)
 
 
-def test_layers_get_config_from_config_round_trip():
-    rng = np.random.default_rng(2)
-    xl = rng.normal(size=(B, 9, H)).astype(np.float32)
-    xg = rng.normal(size=(B, 2, H)).astype(np.float32)
-    non_default = dict(local_radius=2, relative_pos_max_distance=1, relative_vocab_size=9,
-                       share_qkv_projections=False, share_kv_projections=True,
-                       share_att_output_projection=True)
-    layers = {
+NON_DEFAULT = dict(local_radius=2, relative_pos_max_distance=1, relative_vocab_size=9,
+                   share_qkv_projections=False, share_kv_projections=True,
+                   share_att_output_projection=True, kernel_regularizer="l2",
+                   bias_constraint="non_neg")
+
+
+def serialization_cases():
+    """name -> (layer with non-default options, call(layer, xl, xg, side) -> outputs)."""
+    def outputs(out):
+        return [out[k] for k in ("long_output", "global_output")] if isinstance(out, dict) else out[:2]
+
+    return {
         "attention": (GlobalLocalAttention(num_heads=N, key_dim=D, use_running_mean=True, layer_index=2,
                                            use_head_scale=True, head_scale_position="after_projection",
-                                           dropout=0.1, name="gla", **non_default),
-                      lambda l: l(xl, xg)),
+                                           dropout=0.1, name="gla", **NON_DEFAULT),
+                      lambda l, xl, xg, side: outputs(l(xl, xg, **side))),
         "block": (GlobalLocalBlock(num_heads=N, intermediate_size=I, layer_norm_type="normformer",
                                    use_residual_scale=True, layer_index=1, share_feed_forward_params=False,
-                                   name="glb", **non_default),
-                  lambda l: l(xl, xg)),
+                                   name="glb", **NON_DEFAULT),
+                  lambda l, xl, xg, side: outputs(l(xl, xg, side_inputs=side))),
         "encoder": (GlobalLocalEncoder(num_layers=2, num_heads=N, intermediate_size=I, layer_norm_type="pre",
-                                       use_running_mean=True, name="gle", **non_default),
-                    lambda l: [l(xl, xg)[k] for k in ("long_output", "global_output")]),
+                                       use_running_mean=True, name="gle", **NON_DEFAULT),
+                    lambda l, xl, xg, side: outputs(l(xl, xg, side_inputs=side))),
     }
-    for name, (layer, call) in layers.items():
-        call(layer)
+
+
+def serialization_inputs(L=9, G=2):
+    rng = np.random.default_rng(2)
+    xl = rng.normal(size=(B, L, H)).astype(np.float32)
+    xg = rng.normal(size=(B, G, H)).astype(np.float32)
+    side = padded_side_inputs(L, G, [L, L - 3], [G, G - 1])
+    return xl, xg, {k: side[k] for k in ("l2l_att_mask", "l2g_att_mask")}
+
+
+def test_layers_get_config_from_config_round_trip():
+    xl, xg, side = serialization_inputs()
+    side = as_tensors(side)
+    for name, (layer, call) in serialization_cases().items():
+        call(layer, xl, xg, side)
         config = layer.get_config()
         json.dumps(config)
+        assert config["kernel_regularizer"] is not None and config["local_radius"] == 2, name
         clone = type(layer).from_config(config)
-        call(clone)
+        call(clone, xl, xg, side)
         assert clone.get_config() == config, name
         clone.set_weights(layer.get_weights())
-        _same_outputs(layer, clone, call)
+        _same_outputs(layer, clone, lambda l: call(l, xl, xg, side))
         # Through Keras' generic (de)serialization too.
         again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
         assert type(again) is type(layer) and again.get_config() == config
+
+
+def _without_shared_ids(config):
+    """Drops Keras' `shared_object_id` bookkeeping: `.keras` saving tags serialized
+    objects by `id()`, and the fresh initializer / regularizer objects the weight options
+    make can reuse an id, so loading may leave the tag in a nested config."""
+    if isinstance(config, dict):
+        return {k: _without_shared_ids(v) for k, v in config.items() if k != "shared_object_id"}
+    return config
+
+
+@pytest.mark.parametrize("name", ["attention", "block", "encoder"])
+def test_layers_keras_file_round_trip(tmp_path, name):
+    """A Functional model around the layer (masks as model inputs) saved to .keras loads
+    in safe mode with the same outputs."""
+    layer, call = serialization_cases()[name]
+    inputs = {"long": keras.Input((None, H), name="long"), "global": keras.Input((None, H), name="global"),
+              "l2l_att_mask": keras.Input((None,), dtype="int32", name="l2l_att_mask"),
+              "l2g_att_mask": keras.Input((None, None), dtype="int32", name="l2g_att_mask")}
+    side = {k: inputs[k] for k in ("l2l_att_mask", "l2g_att_mask")}
+    model = keras.Model(inputs, call(layer, inputs["long"], inputs["global"], side))
+    xl, xg, side_np = serialization_inputs()
+    data = {"long": xl, "global": xg, **side_np}
+    expected = model(data)
+    path = str(tmp_path / f"{name}.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path, safe_mode=True)
+    assert type(loaded.get_layer(layer.name)) is type(layer)
+    assert _without_shared_ids(loaded.get_layer(layer.name).get_config()) == layer.get_config()
+    for got, want in zip(loaded(data), expected):
+        np.testing.assert_allclose(to_np(got), to_np(want), atol=1e-6)
+
+
+@pytest.mark.parametrize("module", [etc_attention, etc_encoder], ids=lambda m: m.__name__)
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 3 and result.failed == 0, result
 
 
 def test_invalid_options_name_the_argument():

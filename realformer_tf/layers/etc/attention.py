@@ -24,6 +24,7 @@ from keras import ops
 from realformer_tf.layers import scores as score_math
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.etc import blocked, relative
+from realformer_tf.layers.weights import WeightOptions
 
 # The ten projection "pieces": the query of each side, and key/value of each of the four
 # attention types. Sharing options map several pieces onto one Dense layer.
@@ -39,36 +40,77 @@ _KV_SHARED = {"l2g_key": "l2l_key", "l2g_value": "l2l_value",
 class GlobalLocalAttention(keras.layers.Layer):
     """ETC fused global-local attention that threads RealFormer scores per side.
 
-    Call:
-      layer(long_input [B, L, H], global_input [B, G, H],
-            l2l_att_mask=None,   # [B, L] key padding (1 = real) or ETC [B, L, 2r+1]
-            g2g_att_mask=None,   # [B, G, G]  (or [B, G] key padding)
-            l2g_att_mask=None,   # [B, L, G]
-            g2l_att_mask=None,   # [B, G, L]
-            l2l_relative_att_ids=None,  # ETC [B, L, 2r+1]; default: clipped positions
-            g2g_relative_att_ids=None,  # [B, G, G];          default: clipped positions
-            l2g_relative_att_ids=None,  # [B, L, G];          default: 2M+1
-            g2l_relative_att_ids=None,  # [B, G, L];          default: 2M+1
-            prev_long_scores=None, prev_global_scores=None, training=None)
-      -> (long_output [B, L, H], global_output [B, G, H], long_scores, global_scores)
+    The long side (each long token over its local window and all global tokens) and
+    the global side (each global token over all global and all long tokens) each take
+    ONE softmax; the long side is computed block by block (`blocked`), so time and
+    memory grow linearly with the long length. Masks are 0/1 (1 = attend); a missing
+    mask allows everything except what the geometry rules out (out-of-window and
+    padded positions are always masked). Mask bias and softmax run in float32 under
+    mixed precision (`realformer_tf.layers.scores`).
 
-    Masks are 0/1 (1 = attend); a missing mask allows everything except what the
-    geometry rules out (out-of-window and padded positions are always masked).
+    The layer returns its carried scores next to its outputs (a RealFormer
+    `(output, scores)` layer): the next layer's `prev_long_scores` /
+    `prev_global_scores`.
 
     Args:
-      num_heads, key_dim: heads and size per head (hidden = num_heads * key_dim usually).
-      local_radius: tokens to the left/right a long token attends to (>= 1).
-      relative_pos_max_distance: M; 0 turns relative attention off.
+      num_heads: number of attention heads.
+      key_dim: size of each head (queries, keys and values); usually hidden / heads.
+      local_radius: tokens to the left/right a long token attends to (>= 1); the block
+        length is `local_radius + 1`.
+      output_dim: size of the output projections; defaults to each input's last dim.
+      relative_pos_max_distance: M of the relative ids (`relative`); 0 turns relative
+        attention off.
       relative_vocab_size: rows of the relative tables; default 2M + 4 (the minimum).
       share_qkv_projections: one query/key/value projection for all four pieces (ETC's
         default); else long and global sides have their own.
       share_kv_projections: (without share_qkv) the long side's key/value projection is
         shared between l2l and l2g, the global side's between g2g and g2l.
       share_att_output_projection: one output projection for both sides.
-      dropout: on the attention probabilities.
-      use_running_mean, layer_index: RealFormer's running mean (divide by layer_index+1).
-      use_head_scale, head_scale_position: NormFormer's per-head scale (one per side).
-      relative_initializer_range: stddev of the relative table (ETC uses 0.5).
+      dropout: dropout rate on the attention probabilities.
+      use_running_mean, layer_index: RealFormer's running mean: the softmax sees the
+        carried sum divided by `layer_index + 1`.
+      use_head_scale, head_scale_position: NormFormer's learned per-head scale (one per
+        side), "before_projection" or "after_projection".
+      relative_initializer_range: stddev of the relative tables (ETC uses 0.5).
+      kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+        kernel_constraint, bias_constraint: for every projection (as in
+        `keras.layers.Dense`).
+
+    Call args:
+      long_input: [batch, long_len, hidden].
+      global_input: [batch, global_len, hidden].
+      l2l_att_mask: [batch, long_len] key padding, or ETC's local layout
+        [batch, long_len, 2 * local_radius + 1] (entry m of token i is token
+        i - local_radius + m), or None.
+      g2g_att_mask: [batch, global_len, global_len] or [batch, global_len] key padding.
+      l2g_att_mask: [batch, long_len, global_len].
+      g2l_att_mask: [batch, global_len, long_len].
+      l2l_relative_att_ids: local layout [batch, long_len, 2 * local_radius + 1];
+        default: clipped positions.
+      g2g_relative_att_ids: [batch, global_len, global_len]; default: clipped positions.
+      l2g_relative_att_ids: [batch, long_len, global_len]; default: 2M + 1.
+      g2l_relative_att_ids: [batch, global_len, long_len]; default: 2M + 1.
+      prev_long_scores: carried long scores in `LONG_SCORE_LAYOUT`, or None.
+      prev_global_scores: carried global scores in `GLOBAL_SCORE_LAYOUT`, or None.
+      training: dropout on or off.
+
+    Returns:
+      `(long_output [batch, long_len, output_dim], global_output [batch, global_len,
+      output_dim], long_scores [batch, heads, num_blocks, block_len, 3 * block_len +
+      global_len], global_scores [batch, heads, global_len, global_len + long_len])`.
+
+    Example:
+    >>> import numpy as np
+    >>> layer = GlobalLocalAttention(num_heads=2, key_dim=8, local_radius=3,
+    ...                              relative_pos_max_distance=2)
+    >>> long_mask = np.array([[1] * 10, [1] * 6 + [0] * 4], "int32")   # padding
+    >>> long_out, global_out, long_scores, global_scores = layer(
+    ...     np.ones((2, 10, 16), "float32"), np.ones((2, 3, 16), "float32"),
+    ...     l2l_att_mask=long_mask)
+    >>> tuple(long_out.shape), tuple(global_out.shape)
+    ((2, 10, 16), (2, 3, 16))
+    >>> tuple(long_scores.shape), tuple(global_scores.shape)   # 10 tokens: 3 blocks of 4
+    ((2, 2, 3, 4, 15), (2, 2, 3, 13))
     """
 
     def __init__(
@@ -90,6 +132,10 @@ class GlobalLocalAttention(keras.layers.Layer):
         relative_initializer_range=0.5,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -117,17 +163,21 @@ class GlobalLocalAttention(keras.layers.Layer):
         self.use_head_scale = bool(use_head_scale)
         self.head_scale_position = head_scale_position
         self.relative_initializer_range = float(relative_initializer_range)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.weight_options = WeightOptions(
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+        )
         self.probability_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self._create_projections()
 
     # -- projections --------------------------------------------------------------------
     def _dense(self, name, units=None):
+        # Fresh initializer objects per projection: a seeded initializer shared by two
+        # layers would give them the same kernel.
         return keras.layers.Dense(
-            units or self.num_heads * self.key_dim, name=name,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer, dtype=self.dtype_policy,
+            units or self.num_heads * self.key_dim, name=name, dtype=self.dtype_policy,
+            **self.weight_options.layer_kwargs(),
         )
 
     def _create_projections(self):
@@ -373,7 +423,6 @@ class GlobalLocalAttention(keras.layers.Layer):
             use_head_scale=self.use_head_scale,
             head_scale_position=self.head_scale_position,
             relative_initializer_range=self.relative_initializer_range,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            **self.weight_options.get_config(),
         )
         return config
