@@ -1,8 +1,23 @@
-"""realformer_tf: RealFormer (residual attention) and NormFormer BERT models for TF/Keras 3."""
+"""realformer_tf: RealFormer (residual attention) and NormFormer BERT models for Keras 3.
+
+The layers, `BertModel` and its heads run on any Keras backend (`KERAS_BACKEND=
+tensorflow|jax|torch`, TensorFlow by default); training scripts, tf.distribute,
+SavedModel export and tensorflow-text serving are TensorFlow only.
+
+Importing the package registers every public layer and model with Keras
+(package "realformer_tf"), so `.keras` files load with `keras.saving.load_model` and no
+`custom_objects`.
+"""
 
 import os
 
-# Keras 3 with the TensorFlow backend is the only supported stack.
+# TensorFlow unless the user picked a backend (it must be set before Keras is imported).
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 __version__ = "0.1.0"
+
+# Registration: importing these modules runs their @register_keras_serializable.
+from realformer_tf import layers  # noqa: E402,F401
+from realformer_tf import modeling  # noqa: E402,F401
+from realformer_tf import etc_modeling  # noqa: E402,F401
+from realformer_tf import optimization  # noqa: E402,F401

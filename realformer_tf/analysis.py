@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from realformer_tf.layers import masking
+from realformer_tf.layers import scores as scores_lib
 
 ENTROPY_UNITS = {None: "nats", 2: "bits", 10: "hartleys"}
 # Figure 6's colors for a head pair's median JSD: < 0.25, 0.25-0.75, > 0.75.
@@ -106,21 +107,15 @@ def jensen_shannon(p, q, axis=-1):
     return token_jensen_shannon(p, tf.cast(q, tf.float64), axis=axis).numpy()
 
 
-def logits_divisor(config, layer_index):
-    """What layer `layer_index` divides its carried scores by before the softmax: l + 1
-    with RealFormer's running mean (only effective with residual attention), else 1."""
-    if config.residual_attention and config.use_running_mean:
-        return float(layer_index + 1)
-    return 1.0
-
-
 def _layer_probabilities(config, layer_index, scores, input_mask):
-    scores = tf.cast(scores, tf.float32)
-    logits = scores / logits_divisor(config, layer_index)
+    """The softmax the attention layer computed (before dropout), in float32."""
+    mask = None
     if input_mask is not None:
-        mask = masking.to_attention_mask_4d(tf.cast(input_mask, tf.int32))
-        logits = logits + masking.mask_bias(mask, tf.float32)
-    return tf.nn.softmax(logits, axis=-1)
+        mask = masking.to_attention_mask_4d(tf.cast(input_mask, tf.int32), name="input_mask")
+    return scores_lib.attention_probabilities(
+        tf.cast(scores, tf.float32), mask, layer_index,
+        use_running_mean=config.residual_attention and config.use_running_mean,
+    )
 
 
 def attention_probabilities(config, attention_scores, input_mask=None):

@@ -10,7 +10,7 @@
 
 Each attention type has its own residual score path (the long side's fused l2l+l2g
 logits and the global side's fused g2g+g2l logits), both pre-mask running sums; see
-`realformer_tf/layers/etc_attention.py` for the layouts.
+`realformer_tf/layers/etc/blocked.py` for the layouts.
 """
 
 import dataclasses
@@ -23,7 +23,7 @@ from realformer_tf import etc_checkpoint
 from realformer_tf.config import BertConfig, ConfigError, JsonConfig  # noqa: F401  (ConfigError is public here)
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
-from realformer_tf.layers.etc_attention import (
+from realformer_tf.layers.etc import (
     SIDE_INPUT_NAMES,
     GlobalLocalBlock,
     GlobalLocalEncoder,
@@ -430,7 +430,7 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
     Outputs: dict with `long_output` [B, L, H], `global_output` [B, G, H],
     `long_encoder_outputs` / `global_encoder_outputs` (one per layer), `long_scores` and
     `global_scores` (lists, one carried score tensor per layer; layouts in
-    `realformer_tf.layers.etc_attention`).
+    `realformer_tf.layers.etc.blocked`).
     """
 
     def __init__(self, config, **kwargs):

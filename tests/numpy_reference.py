@@ -18,6 +18,7 @@ name. The formulas follow DESIGN.md and REFERENCE_NOTES.md:
 
 import math
 
+import keras
 import numpy as np
 
 MASK_VALUE = -10000.0
@@ -350,10 +351,17 @@ def embeddings(input_ids, segment_ids, word, token_type, position, ln):
 
 # ------------------------------------------------------------------ test helpers
 def max_abs_diff(actual, expected):
-    actual = np.asarray(actual, dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
+    actual = to_numpy(actual)
+    expected = to_numpy(expected)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     return float(np.max(np.abs(actual - expected)))
+
+
+def to_numpy(x):
+    """A float64 NumPy copy of a NumPy array or a tensor of any Keras backend."""
+    if not isinstance(x, np.ndarray):
+        x = keras.ops.convert_to_numpy(x)
+    return np.asarray(x, dtype=np.float64)
 
 
 def assert_close(label, actual, expected, atol):

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-import tensorflow as tf
+import keras
 
 import numpy_reference as ref
 from realformer_tf.layers import (
@@ -58,14 +58,14 @@ def _ref_cfg(kwargs):
 # ------------------------------------------------------------------- activations
 def test_gelu_is_bert_tanh_approximation_and_gelu_exact_is_erf():
     x = np.linspace(-5, 5, 101).astype(np.float32)
-    approx = np.asarray(get_activation("gelu")(tf.constant(x)))
-    exact = np.asarray(get_activation("gelu_exact")(tf.constant(x)))
+    approx = ref.to_numpy(get_activation("gelu")(keras.ops.convert_to_tensor(x)))
+    exact = ref.to_numpy(get_activation("gelu_exact")(keras.ops.convert_to_tensor(x)))
     ref.assert_close("activation/gelu", approx, ref.gelu_tanh(x.astype(np.float64)), 1e-6)
     ref.assert_close("activation/gelu_exact", exact, ref.gelu_erf(x.astype(np.float64)), 1e-6)
     # The two forms really differ, so the test above distinguishes them.
     assert np.max(np.abs(approx - exact)) > 1e-4
     # Names are case-insensitive like BERT configs written by hand.
-    np.testing.assert_allclose(np.asarray(get_activation("GELU")(tf.constant(x))), approx)
+    np.testing.assert_allclose(ref.to_numpy(get_activation("GELU")(keras.ops.convert_to_tensor(x))), approx)
 
 
 # --------------------------------------------------------------------- attention
@@ -125,10 +125,10 @@ def test_running_mean_divides_the_logits_by_layer_index_plus_one():
     out_plain, scores_plain = plain(x, x, prev_scores=prev / (k + 1))
     ref.assert_close("attention/running_mean_metamorphic/out", out_mean, out_plain, ATOL)
     ref.assert_close("attention/running_mean_metamorphic/scores", scores_mean,
-                     np.asarray(scores_plain) * (k + 1), ATOL)
+                     ref.to_numpy(scores_plain) * (k + 1), ATOL)
     # And the option matters: without it the same weights give another output.
     plain.set_weights(mean_layer.get_weights())
-    assert np.max(np.abs(np.asarray(plain(x, x, prev_scores=prev)[0]) - out_mean)) > 1e-2
+    assert np.max(np.abs(ref.to_numpy(plain(x, x, prev_scores=prev)[0]) - ref.to_numpy(out_mean))) > 1e-2
 
 
 def test_cross_attention_with_other_key_length_3d_mask_and_output_dim():
@@ -165,7 +165,7 @@ def test_head_scale_placements_really_differ():
                                            head_scale_position=position)
         layer(x, x)
         ref.randomize_weights(layer, seed=13)
-        outs.append(np.asarray(layer(x, x)[0]))
+        outs.append(ref.to_numpy(layer(x, x)[0]))
     assert np.max(np.abs(outs[0] - outs[1])) > 1e-2
 
 
@@ -192,8 +192,8 @@ def test_encoder_block_matches_reference(layer_norm_type, residual_attention, us
     if not residual_attention:
         # prev_scores is ignored: same output without it.
         out2, scores2 = block(x, attention_mask=mask, training=False)
-        np.testing.assert_array_equal(np.asarray(out2), np.asarray(out))
-        np.testing.assert_array_equal(np.asarray(scores2), np.asarray(scores))
+        np.testing.assert_array_equal(ref.to_numpy(out2), ref.to_numpy(out))
+        np.testing.assert_array_equal(ref.to_numpy(scores2), ref.to_numpy(scores))
 
 
 @pytest.mark.parametrize("head_scale_position", ["before_projection", "after_projection"])
@@ -239,9 +239,9 @@ def test_dropout_only_in_training():
     x = _x(37)
     block(x)
     ref.randomize_weights(block, seed=38)
-    inference = np.asarray(block(x, training=False)[0])
-    default = np.asarray(block(x)[0])
-    trained = np.asarray(block(x, training=True)[0])
+    inference = ref.to_numpy(block(x, training=False)[0])
+    default = ref.to_numpy(block(x)[0])
+    trained = ref.to_numpy(block(x, training=True)[0])
     np.testing.assert_array_equal(default, inference)
     want, _ = ref.encoder_block(x.astype(np.float64), ref.encoder_block_params(block),
                                 num_heads=N)
@@ -280,8 +280,8 @@ def test_encoder_stack_matches_reference(layer_norm_type, residual_attention, us
     )
     label = f"stack/{layer_norm_type}/residual={residual_attention}/mean={use_running_mean}"
     ref.assert_close(label + "/sequence_output", got["sequence_output"], want_seq, ATOL)
-    np.testing.assert_array_equal(np.asarray(got["encoder_outputs"][-1]),
-                                  np.asarray(got["sequence_output"]))
+    np.testing.assert_array_equal(ref.to_numpy(got["encoder_outputs"][-1]),
+                                  ref.to_numpy(got["sequence_output"]))
     for i in range(num_layers):
         ref.assert_close(f"{label}/encoder_outputs[{i}]", got["encoder_outputs"][i],
                          want_outs[i], ATOL)
@@ -293,14 +293,14 @@ def test_encoder_stack_matches_reference(layer_norm_type, residual_attention, us
     # running sum (residual on) or the layer's own raw scores (residual off), never masked.
     raw = []
     for i, p in enumerate(blocks):
-        layer_in = x if i == 0 else np.asarray(got["encoder_outputs"][i - 1], np.float64)
+        layer_in = x if i == 0 else ref.to_numpy(got["encoder_outputs"][i - 1])
         if layer_norm_type != "post":
             layer_in = ref.layer_norm(layer_in, *p["ln_attention"])
         raw.append(ref.attention(layer_in, layer_in, p["attention"], N)[1])
     for i in range(num_layers):
         want = sum(raw[: i + 1]) if residual_attention else raw[i]
         ref.assert_close(f"{label}/contract[{i}]", got["attention_scores"][i], want, 2 * ATOL)
-        assert np.min(np.asarray(got["attention_scores"][i])) > -1000.0  # no mask inside
+        assert np.min(ref.to_numpy(got["attention_scores"][i])) > -1000.0  # no mask inside
 
 
 # ----------------------------------------------------------------- decoder block
@@ -348,11 +348,11 @@ def test_decoder_score_paths_are_separate():
     with_cross = block(x, memory, prev_cross_scores=prev_cross)
     # Self path: the self scores shift by exactly prev_self. (The cross scores of that
     # call change too, legitimately: the cross-attention's query input changed.)
-    ref.assert_close("decoder/self_path", with_self[1], np.asarray(base[1]) + prev_self, ATOL)
+    ref.assert_close("decoder/self_path", with_self[1], ref.to_numpy(base[1]) + prev_self, ATOL)
     # Cross path: self-attention is untouched, so the cross scores shift by exactly
     # prev_cross and the self scores are identical.
-    np.testing.assert_array_equal(np.asarray(with_cross[1]), np.asarray(base[1]))
-    ref.assert_close("decoder/cross_path", with_cross[2], np.asarray(base[2]) + prev_cross, ATOL)
+    np.testing.assert_array_equal(ref.to_numpy(with_cross[1]), ref.to_numpy(base[1]))
+    ref.assert_close("decoder/cross_path", with_cross[2], ref.to_numpy(base[2]) + prev_cross, ATOL)
 
 
 @pytest.mark.parametrize("layer_norm_type", ["post", "normformer"])
@@ -362,18 +362,18 @@ def test_decoder_is_causal(layer_norm_type):
     x, memory = _x(70), _x(71, (B, M, H))
     block(x, memory)
     ref.randomize_weights(block, seed=72)
-    out = np.asarray(block(x, memory)[0])
+    out = ref.to_numpy(block(x, memory)[0])
     for t in range(1, L):
         changed = x.copy()
         changed[:, t:] = _x(73 + t)[:, t:]
-        out2 = np.asarray(block(changed, memory)[0])
+        out2 = ref.to_numpy(block(changed, memory)[0])
         # Positions before t do not see the change ...
         np.testing.assert_allclose(out2[:, :t], out[:, :t], rtol=0, atol=1e-6)
         # ... and position t itself does.
         assert np.max(np.abs(out2[:, t] - out[:, t])) > 1e-3
     # The carried self scores are pre-mask: future positions hold real (finite, small)
     # raw scores, not the mask value.
-    self_scores = np.asarray(block(x, memory)[1])
+    self_scores = ref.to_numpy(block(x, memory)[1])
     assert np.min(self_scores) > -1000.0
     assert np.max(np.abs(np.triu(self_scores[0, 0], k=1))) > 1e-3
 
@@ -387,12 +387,55 @@ def test_bert_embeddings_match_reference():
     seg = rng.integers(0, 3, size=(B, L)).astype(np.int32)
     layer(ids, seg)
     ref.randomize_weights(layer, seed=81)
-    tables = [np.asarray(w, np.float64) for w in (
+    tables = [ref.to_numpy(w) for w in (
         layer.word_embeddings, layer.token_type_embeddings, layer.position_embeddings)]
-    ln = (np.asarray(layer.layer_norm.gamma, np.float64),
-          np.asarray(layer.layer_norm.beta, np.float64))
+    ln = (ref.to_numpy(layer.layer_norm.gamma),
+          ref.to_numpy(layer.layer_norm.beta))
     got = layer(ids, seg, training=False)
     ref.assert_close("embeddings", got, ref.embeddings(ids, seg, *tables, ln), ATOL)
     # segment_ids default to zeros.
     want0 = ref.embeddings(ids, np.zeros_like(seg), *tables, ln)
     ref.assert_close("embeddings/no_segments", layer(ids, training=False), want0, ATOL)
+
+
+# ------------------------------------------------------ gradients on every backend
+def _backend_gradients(loss_fn, arrays):
+    """d loss_fn(*tensors) / d tensors with the active backend's autodiff (float32)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.grad(lambda *t: loss_fn(*t), argnums=tuple(range(len(arrays))))(*arrays)
+    if backend == "torch":
+        import torch
+
+        tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+        loss_fn(*tensors).backward()
+        return [t.grad for t in tensors]
+    import tensorflow as tf
+
+    tensors = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as tape:
+        tape.watch(tensors)
+        loss = loss_fn(*tensors)
+    return tape.gradient(loss, tensors)
+
+
+def test_layer_norm_hand_written_gradient_matches_reference_finite_differences():
+    """The LayerNorm's custom gradient (keras.ops.custom_gradient) on this backend
+    against central differences of the float64 NumPy LayerNorm."""
+    from realformer_tf.layers.normalization import _layer_norm
+
+    rng = np.random.default_rng(30)
+    x, gamma, beta = rng.normal(size=(2, 3, 11)), rng.uniform(0.5, 1.5, 11), rng.normal(size=11)
+    r = rng.normal(size=(2, 3, 11))
+    grads = _backend_gradients(
+        lambda *t: keras.ops.sum(_layer_norm(*t, 1e-12) * keras.ops.convert_to_tensor(r, "float32")),
+        [a.astype(np.float32) for a in (x, gamma, beta)],
+    )
+
+    def f():
+        return float(np.sum(ref.layer_norm(x, gamma, beta) * r))
+
+    for name, arr, got in zip(("x", "gamma", "beta"), (x, gamma, beta), grads):
+        ref.assert_close(f"layer_norm_grad/{name}", got, ref.numeric_grad(f, arr), 2e-4)

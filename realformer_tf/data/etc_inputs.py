@@ -18,13 +18,13 @@ Masks follow ETC's "example ids" rule: two tokens may attend to each other when 
 belong to the same (packed) example; by default the example id is the input mask, so real
 tokens see real tokens and padding sees padding (padded rows are never all-masked, and
 their outputs are ignored). The relative id 2M+3 is reserved for padding
-(`realformer_tf.layers.etc_attention`), so `relative_vocab_size >= 2M + 4`.
+(`realformer_tf.layers.etc.relative`), so `relative_vocab_size >= 2M + 4`.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from realformer_tf.layers.etc_attention import (
+from realformer_tf.layers.etc.relative import (
     l2g_other_id,
     l2g_same_sentence_id,
     relative_position_ids,

@@ -1,33 +1,68 @@
 """Multi-head attention with RealFormer residual scores and NormFormer head scales.
 
-The score-threading contract (DESIGN.md): the layer is called as
+The score-threading contract: the layer is called as
 `layer(query, value, attention_mask=..., prev_scores=None)` and returns
 `(output, scores)`, where `scores` [batch, heads, query_len, key_len] is the running sum
 of the scaled raw scores q.k^T/sqrt(d), taken before the mask, the softmax and dropout.
 With `prev_scores=None` (first layer, or residual attention off) it is the layer's own
-scaled raw scores.
+scaled raw scores. The math lives in `realformer_tf.layers.scores`.
 
 Projections are plain `Dense` layers so the kernels keep BERT's 2-D checkpoint shapes
 ([hidden, heads*head_dim] and [heads*head_dim, hidden]) without reshaping.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from realformer_tf.layers import masking
+from realformer_tf.layers import scores as scores_lib
 
 HEAD_SCALE_POSITIONS = ("before_projection", "after_projection")
+
+# Constructor arguments that mean what they mean in keras.layers.MultiHeadAttention.
+_SERIALIZED = ("kernel_initializer", "bias_initializer")
+_REGULARIZERS = ("kernel_regularizer", "bias_regularizer")
+_CONSTRAINTS = ("kernel_constraint", "bias_constraint")
+
+
+def _output_width(output_dim, output_shape):
+    """MultiHeadAttention's `output_shape` (an int or a 1-tuple) or our `output_dim`."""
+    if output_shape is None:
+        return output_dim
+    if output_dim is not None:
+        raise ValueError(
+            f"output_dim={output_dim} and output_shape={output_shape} both given; they mean"
+            " the same (the output projection's size), pass only one"
+        )
+    shape = (output_shape,) if isinstance(output_shape, int) else tuple(output_shape)
+    if len(shape) != 1:
+        raise ValueError(
+            f"output_shape={output_shape}: this layer projects to one feature axis;"
+            " pass an int (or a 1-tuple)"
+        )
+    return int(shape[0])
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class ResidualMultiHeadAttention(keras.layers.Layer):
-    """Multi-head attention that threads raw scores from layer to layer.
+    """Multi-head attention that threads raw scores from layer to layer (RealFormer).
+
+    Arguments follow `keras.layers.MultiHeadAttention` where the meaning is the same.
+    Unlike it, the layer always returns `(output, scores)`: the next RealFormer layer
+    needs this layer's pre-softmax scores, so they are an output, not an option.
+    `scores` are what `MultiHeadAttention(return_attention_scores=True)` would return
+    *before* its softmax; the probabilities it returns are
+    `layer.attention_probabilities(scores, mask)` (without dropout).
 
     Args:
       num_heads: number of attention heads.
-      key_dim: size of each head (queries, keys and values).
-      output_dim: size of the output projection; defaults to the query's last dim.
+      key_dim: size of each head for query and key.
+      value_dim: size of each head for value; defaults to `key_dim`.
       dropout: dropout rate on the attention probabilities.
+      use_bias: whether the four projections have biases.
+      output_shape: size of the output projection (an int or 1-tuple), as in
+        `MultiHeadAttention`; defaults to the query's last dim. `output_dim` is the
+        same (kept for existing configs); pass at most one.
       use_running_mean: divide the carried running sum by `layer_index + 1` before the
         softmax (RealFormer's running-mean variant for deep models).
       layer_index: 0-based position of this layer in its score path.
@@ -35,7 +70,37 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
       head_scale_position: "before_projection" (the paper: each head's context is
         scaled before W^O) or "after_projection" (fairseq: the projected output is split
         into `num_heads` chunks, each scaled).
-      kernel_initializer, bias_initializer: for the four projections.
+      kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+        kernel_constraint, bias_constraint: for the four projections.
+      activity_regularizer: on the layer's output.
+      seed: seed of the attention dropout.
+
+    Call args:
+      query: [batch, query_len, query_dim].
+      value: [batch, key_len, value_dim_in].
+      key: [batch, key_len, key_dim_in]; defaults to `value`.
+      query_mask, value_mask, key_mask: [batch, query_len] / [batch, key_len] Keras
+        masks (1/True = real); filled in by Keras from the inputs' masks, as for
+        `MultiHeadAttention`. A masked query row attends uniformly (finite output).
+      attention_mask: [batch, key_len], [batch, query_len, key_len] or
+        [batch, 1|heads, query_len, key_len], 1 = attend; combined with the Keras masks.
+      prev_scores: [batch, num_heads, query_len, key_len] carried scores of the previous
+        layer in the same score path, or None.
+      use_causal_mask: mask out future keys (queries aligned to the end of the keys).
+      training: dropout on or off.
+
+    Returns:
+      `(output, scores)`: [batch, query_len, output_dim] and
+      [batch, num_heads, query_len, key_len].
+
+    Example:
+    >>> import numpy as np
+    >>> layer = ResidualMultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = np.random.rand(3, 5, 8).astype("float32")
+    >>> out, scores = layer(x, x)
+    >>> out2, scores2 = layer(x, x, prev_scores=scores)  # the next layer's call
+    >>> tuple(out2.shape), tuple(scores2.shape)
+    ((3, 5, 8), (3, 2, 5, 5))
     """
 
     def __init__(
@@ -50,36 +115,61 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         head_scale_position="before_projection",
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        value_dim=None,
+        use_bias=True,
+        output_shape=None,
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        activity_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        seed=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         if head_scale_position not in HEAD_SCALE_POSITIONS:
             raise ValueError(
                 f"head_scale_position={head_scale_position!r}; use one of {HEAD_SCALE_POSITIONS}"
             )
+        self.supports_masking = True
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
-        self.output_dim = output_dim
+        self.value_dim = int(value_dim) if value_dim else self.key_dim
+        self.output_dim = _output_width(output_dim, output_shape)
         self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
         self.use_running_mean = bool(use_running_mean)
         self.layer_index = int(layer_index)
         self.use_head_scale = bool(use_head_scale)
         self.head_scale_position = head_scale_position
+        self.seed = seed
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
 
-        projection = dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-        )
-        width = self.num_heads * self.key_dim
-        self.query_dense = keras.layers.Dense(width, name="query", **projection)
-        self.key_dense = keras.layers.Dense(width, name="key", **projection)
-        self.value_dense = keras.layers.Dense(width, name="value", **projection)
+        self.query_dense = self._dense(self.num_heads * self.key_dim, "query")
+        self.key_dense = self._dense(self.num_heads * self.key_dim, "key")
+        self.value_dense = self._dense(self.num_heads * self.value_dim, "value")
         self.output_dense = None  # width known only in build()
-        self._projection = projection
-        self.probability_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.probability_dropout = keras.layers.Dropout(
+            self.dropout, seed=seed, dtype=self.dtype_policy
+        )
+
+    def _dense(self, units, name):
+        # Fresh initializer objects per projection: a shared seeded initializer would
+        # give query, key and value the same kernel.
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            name=name,
+            dtype=self.dtype_policy,
+            **{k: type(v).from_config(v.get_config()) for k, v in
+               ((k, getattr(self, k)) for k in _SERIALIZED)},
+            **{k: getattr(self, k) for k in _REGULARIZERS + _CONSTRAINTS},
+        )
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         value_shape = query_shape if value_shape is None else value_shape
@@ -88,8 +178,8 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         self.query_dense.build(query_shape)
         self.key_dense.build(key_shape)
         self.value_dense.build(value_shape)
-        self.output_dense = keras.layers.Dense(out_dim, name="output", **self._projection)
-        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.key_dim,))
+        self.output_dense = self._dense(out_dim, "output")
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.num_heads * self.value_dim,))
         if self.use_head_scale:
             if self.head_scale_position == "after_projection" and out_dim % self.num_heads:
                 raise ValueError(
@@ -101,67 +191,68 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
             )
         super().build(query_shape)
 
-    def _split_heads(self, x):
-        shape = tf.shape(x)
-        return tf.reshape(x, [shape[0], shape[1], self.num_heads, self.key_dim])
-
-    def _scale_heads(self, x, chunk):
-        """Multiplies each of the `num_heads` chunks (of size `chunk`) of the last dim."""
-        shape = tf.shape(x)
-        heads = tf.reshape(x, [shape[0], shape[1], self.num_heads, chunk])
-        heads = heads * tf.cast(self.head_scale, x.dtype)[:, None]
-        return tf.reshape(heads, [shape[0], shape[1], self.num_heads * chunk])
-
     def attention_logits(self, scores):
         """Carried scores -> softmax logits (before the mask)."""
-        if self.use_running_mean:
-            return scores / tf.cast(self.layer_index + 1, scores.dtype)
-        return scores
+        return scores_lib.scores_to_logits(scores, self.layer_index, self.use_running_mean)
+
+    def attention_probabilities(self, scores, mask=None):
+        """This layer's softmax of carried `scores` under a 0/1 `mask` broadcastable to
+        [batch, 1, query_len, key_len] (what `MultiHeadAttention` returns as scores)."""
+        return scores_lib.attention_probabilities(
+            scores, mask, self.layer_index, self.use_running_mean
+        )
+
+    def _check_prev_scores(self, prev_scores, query, key):
+        want = (self.num_heads, query.shape[1], key.shape[1])
+        got = tuple(prev_scores.shape[1:])
+        if len(prev_scores.shape) != 4 or any(
+            g is not None and w is not None and g != w for g, w in zip(got, want)
+        ):
+            raise ValueError(
+                f"prev_scores has shape {tuple(prev_scores.shape)}; this layer needs"
+                f" [batch, num_heads={want[0]}, query_len={want[1]}, key_len={want[2]}]."
+                " Pass the scores of the previous layer of the same score path, built"
+                " with the same num_heads"
+            )
 
     def call(
         self,
         query,
         value,
         key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
         attention_mask=None,
         prev_scores=None,
         use_causal_mask=False,
         training=None,
     ):
+        key_mask = None if key is None or key is value else key_mask
         key = value if key is None else key
-        q = self._split_heads(self.query_dense(query))
-        k = self._split_heads(self.key_dense(key))
-        v = self._split_heads(self.value_dense(value))
-
-        # Scale q rather than q.k^T: same math, B*F*N*D multiplies instead of B*N*F*T.
-        q = q * tf.constant(self.key_dim**-0.5, dtype=q.dtype)
-        scores = tf.einsum("bfnd,btnd->bnft", q, k)
         if prev_scores is not None:
-            scores = scores + tf.cast(prev_scores, scores.dtype)
-
-        # Mask and softmax in float32 under mixed precision: a -10000 bias added in
-        # half precision would swamp the logits (bf16 spacing near 1e4 is 64), and a
-        # half-precision exp/sum loses small probabilities.
-        softmax_dtype = tf.float32 if scores.dtype in (tf.float16, tf.bfloat16) else scores.dtype
-        logits = tf.cast(self.attention_logits(scores), softmax_dtype)
+            self._check_prev_scores(prev_scores, query, key)
+        q = scores_lib.split_heads(self.query_dense(query), self.num_heads, self.key_dim)
+        k = scores_lib.split_heads(self.key_dense(key), self.num_heads, self.key_dim)
+        v = scores_lib.split_heads(self.value_dense(value), self.num_heads, self.value_dim)
+        scores = scores_lib.raw_scores(q, k, prev_scores)
         mask = masking.combine_masks(
-            attention_mask, tf.shape(query)[1], tf.shape(key)[1], use_causal_mask
+            attention_mask, ops.shape(query)[1], ops.shape(key)[1], use_causal_mask,
+            query_mask=query_mask, key_masks=(value_mask, key_mask),
         )
-        if mask is not None:
-            logits = logits + masking.mask_bias(mask, softmax_dtype)
-        probs = tf.cast(tf.nn.softmax(logits, axis=-1), v.dtype)
-        probs = self.probability_dropout(probs, training=training)
-
-        context = tf.einsum("bnft,btnd->bfnd", probs, v)
-        context = tf.reshape(
-            context, [tf.shape(context)[0], tf.shape(context)[1], self.num_heads * self.key_dim]
-        )
+        probs = self.attention_probabilities(scores, mask)
+        probs = self.probability_dropout(ops.cast(probs, v.dtype), training=training)
+        context = scores_lib.merge_heads(scores_lib.context(probs, v))
         if self.use_head_scale and self.head_scale_position == "before_projection":
-            context = self._scale_heads(context, self.key_dim)
+            context = scores_lib.scale_heads(context, self.head_scale)
         output = self.output_dense(context)
         if self.use_head_scale and self.head_scale_position == "after_projection":
-            output = self._scale_heads(output, output.shape[-1] // self.num_heads)
+            output = scores_lib.scale_heads(output, self.head_scale)
         return output, scores
+
+    def compute_mask(self, query, previous_mask=None):
+        """The output keeps the query's Keras mask; the scores carry none."""
+        return previous_mask, None
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         key_shape = value_shape if key_shape is None else key_shape
@@ -177,13 +268,20 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         config.update(
             num_heads=self.num_heads,
             key_dim=self.key_dim,
+            value_dim=self.value_dim,
             output_dim=self.output_dim,
             dropout=self.dropout,
+            use_bias=self.use_bias,
             use_running_mean=self.use_running_mean,
             layer_index=self.layer_index,
             use_head_scale=self.use_head_scale,
             head_scale_position=self.head_scale_position,
-            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-            bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            seed=self.seed,
         )
+        for name in _SERIALIZED:
+            config[name] = keras.initializers.serialize(getattr(self, name))
+        for name in _REGULARIZERS:
+            config[name] = keras.regularizers.serialize(getattr(self, name))
+        for name in _CONSTRAINTS:
+            config[name] = keras.constraints.serialize(getattr(self, name))
         return config

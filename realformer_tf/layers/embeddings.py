@@ -1,14 +1,41 @@
 """BERT's input embeddings: word + token type + position, then LayerNorm and dropout."""
 
 import keras
+from keras import ops
 
 from realformer_tf.layers.normalization import LayerNorm
-import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class BertEmbeddings(keras.layers.Layer):
-    """Call: `embeddings(input_ids, segment_ids)` -> [B, L, hidden]."""
+    """BERT's input embeddings: word + token type + position, LayerNorm, dropout.
+
+    Weight names are the original BERT ones (`word_embeddings`,
+    `token_type_embeddings`, `position_embeddings`, `layer_norm`).
+
+    Args:
+      vocab_size: rows of the word embedding table.
+      hidden_size: embedding width.
+      max_position_embeddings: rows of the position table: the longest sequence.
+      type_vocab_size: number of segment (token type) ids.
+      hidden_dropout: dropout on the output.
+      initializer_range: stddev of the TruncatedNormal table initializer.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 as BERT).
+
+    Call args:
+      input_ids: [batch, seq_len] int token ids, seq_len <= max_position_embeddings.
+      segment_ids: [batch, seq_len] int segment ids; default all zeros.
+      training: dropout on or off.
+
+    Returns:
+      [batch, seq_len, hidden_size].
+
+    Example:
+    >>> import numpy as np
+    >>> emb = BertEmbeddings(vocab_size=30, hidden_size=8, max_position_embeddings=16)
+    >>> tuple(emb(np.array([[5, 7, 9]])).shape)
+    (1, 3, 8)
+    """
 
     def __init__(
         self,
@@ -52,18 +79,37 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         super().build(input_shape)
 
+    def _check_length(self, input_ids):
+        limit = self.max_position_embeddings
+        length = input_ids.shape[1]
+        if length is not None and length > limit:
+            raise ValueError(
+                f"input_ids has sequence length {length}, longer than the position table"
+                f" (max_position_embeddings={limit}); truncate the input or use a model"
+                " with more positions"
+            )
+        if length is None and keras.backend.backend() == "tensorflow":
+            import tensorflow as tf  # only TF graphs have unknown lengths at run time
+
+            tf.debugging.assert_less_equal(
+                tf.shape(input_ids)[1], limit,
+                message=f"input_ids is longer than max_position_embeddings={limit}",
+            )
+
     def call(self, input_ids, segment_ids=None, training=None):
+        self._check_length(input_ids)
+        input_ids = ops.cast(input_ids, "int32")
         if segment_ids is None:
-            segment_ids = tf.zeros_like(input_ids)
-        seq_len = tf.shape(input_ids)[1]
-        x = tf.gather(self.word_embeddings, input_ids)
-        x += tf.gather(self.token_type_embeddings, segment_ids)
+            segment_ids = ops.zeros_like(input_ids)
+        seq_len = ops.shape(input_ids)[1]
+        x = ops.take(self.word_embeddings, input_ids, axis=0)
+        x += ops.take(self.token_type_embeddings, ops.cast(segment_ids, "int32"), axis=0)
         x += self.position_embeddings[None, :seq_len, :]
         x = self.layer_norm(x)
         return self.dropout(x, training=training)
 
-    def compute_output_shape(self, input_shape, segment_ids_shape=None):
-        return tuple(input_shape) + (self.hidden_size,)
+    def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):
+        return tuple(input_ids_shape) + (self.hidden_size,)
 
     def get_config(self):
         config = super().get_config()

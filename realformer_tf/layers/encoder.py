@@ -4,17 +4,61 @@ import keras
 
 from realformer_tf.layers.normalization import LayerNorm
 
+from realformer_tf.layers.masking import keras_mask_of
 from realformer_tf.layers.transformer import TransformerEncoderBlock, check_layer_norm_type
+from realformer_tf.layers.weights import WeightOptions
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class TransformerEncoder(keras.layers.Layer):
-    """N `TransformerEncoderBlock`s; pre/normformer stacks end with a final LayerNorm.
+    """A stack of `TransformerEncoderBlock`s that threads RealFormer scores.
 
-    Call: `encoder(x, attention_mask)` -> dict with
-      sequence_output   [B, L, H]  the stack's output (after the final LN, if any)
-      encoder_outputs   list of [B, L, H], one per block (the last equals sequence_output)
-      attention_scores  list of [B, heads, L, L], each block's carried scores
+    Block `l` gets `layer_index=l` and the carried scores of block `l - 1`; pre-LN and
+    NormFormer stacks end with a final LayerNorm (`final_layer_norm`).
+
+    Args:
+      num_layers: number of blocks.
+      num_heads: attention heads per block; must divide the hidden size.
+      intermediate_size: width of the feed-forward layer.
+      hidden_act: feed-forward activation by BERT config name ("gelu" is BERT's tanh
+        approximation, "gelu_exact" the erf form, "relu", "swish", ...).
+      hidden_dropout: dropout on each sublayer's output.
+      attention_dropout: dropout on the attention probabilities.
+      layer_norm_type: "post" (BERT), "pre" or "normformer".
+      residual_attention: RealFormer's residual attention (False: vanilla attention;
+        every block still returns its own scores).
+      use_running_mean: block `l` divides the carried sum by `l + 1` before the softmax.
+      head_scale_position: NormFormer head scale "before_projection" (paper) or
+        "after_projection" (fairseq).
+      use_residual_scale: NormFormer's learned scale on the FFN residual.
+      initializer_range: stddev of the default TruncatedNormal kernel initializer.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 as BERT).
+      kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+        kernel_constraint, bias_constraint: for every projection (as in
+        `keras.layers.Dense`); `kernel_initializer=None` means
+        TruncatedNormal(initializer_range).
+
+    Call args:
+      x: [batch, seq_len, hidden] float input.
+      attention_mask: [batch, seq_len] or [batch, seq_len, seq_len], 1 = attend.
+      mask: [batch, seq_len] Keras mask; filled in by Keras from `x` (e.g. after
+        `keras.layers.Embedding(mask_zero=True)`) and combined with `attention_mask`.
+      training: dropout on or off.
+
+    Returns:
+      A dict: `sequence_output` [batch, seq_len, hidden] (after the final LayerNorm, if
+      any), `encoder_outputs` (one [batch, seq_len, hidden] per block; the last equals
+      `sequence_output`) and `attention_scores` (one carried
+      [batch, num_heads, seq_len, seq_len] per block). The outputs keep `x`'s Keras mask.
+
+    Example:
+    >>> import keras
+    >>> ids = keras.Input(shape=(None,), dtype="int32")
+    >>> x = keras.layers.Embedding(100, 16, mask_zero=True)(ids)
+    >>> out = TransformerEncoder(num_layers=2, num_heads=2, intermediate_size=32)(x)
+    >>> model = keras.Model(ids, out["sequence_output"])
+    >>> tuple(model(keras.ops.ones((2, 5), "int32")).shape)
+    (2, 5, 16)
     """
 
     def __init__(
@@ -32,11 +76,24 @@ class TransformerEncoder(keras.layers.Layer):
         use_residual_scale=False,
         initializer_range=0.02,
         layer_norm_epsilon=1e-12,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         check_layer_norm_type(layer_norm_type)
+        self.supports_masking = True
         self.num_layers = int(num_layers)
+        weight_options = WeightOptions(
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+            initializer_range=initializer_range,
+        )
         self.block_config = dict(
             num_heads=num_heads,
             intermediate_size=intermediate_size,
@@ -50,6 +107,7 @@ class TransformerEncoder(keras.layers.Layer):
             use_residual_scale=use_residual_scale,
             initializer_range=initializer_range,
             layer_norm_epsilon=layer_norm_epsilon,
+            **weight_options.get_config(),
         )
         self.blocks = [
             TransformerEncoderBlock(
@@ -70,12 +128,16 @@ class TransformerEncoder(keras.layers.Layer):
             self.final_layer_norm.build(input_shape)
         super().build(input_shape)
 
-    def call(self, x, attention_mask=None, training=None):
+    def call(self, x, attention_mask=None, training=None, mask=None):
+        mask = keras_mask_of(x) if mask is None else mask
         encoder_outputs, attention_scores = [], []
         scores = None
         for block in self.blocks:
             # A block with residual attention off ignores `prev_scores`.
-            x, scores = block(x, attention_mask=attention_mask, prev_scores=scores, training=training)
+            x, scores = block(
+                x, attention_mask=attention_mask, prev_scores=scores, training=training,
+                mask=mask,
+            )
             encoder_outputs.append(x)
             attention_scores.append(scores)
         if self.final_layer_norm is not None:
@@ -85,6 +147,14 @@ class TransformerEncoder(keras.layers.Layer):
             "sequence_output": x,
             "encoder_outputs": encoder_outputs,
             "attention_scores": attention_scores,
+        }
+
+    def compute_mask(self, x, previous_mask=None):
+        """Outputs keep the input's Keras mask; the scores carry none."""
+        return {
+            "sequence_output": previous_mask,
+            "encoder_outputs": [previous_mask] * self.num_layers,
+            "attention_scores": [None] * self.num_layers,
         }
 
     def get_config(self):

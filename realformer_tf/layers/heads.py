@@ -2,9 +2,9 @@
 exact under mixed precision."""
 
 import keras
+from keras import ops
 
 from realformer_tf.layers.normalization import LayerNorm
-import tensorflow as tf
 
 from realformer_tf.layers.activations import get_activation
 
@@ -45,10 +45,11 @@ class MaskedLMHead(keras.layers.Layer):
         super().build(sequence_output_shape)
 
     def call(self, sequence_output, positions, embedding_table):
-        x = tf.gather(sequence_output, tf.cast(positions, tf.int32), batch_dims=1)
+        positions = ops.cast(positions, "int32")[:, :, None]
+        x = ops.take_along_axis(sequence_output, positions, axis=1)  # [B, P, H]
         x = self.transform_layer_norm(self.transform_dense(x))
-        logits = tf.einsum("bph,vh->bpv", x, tf.cast(embedding_table, x.dtype))
-        return tf.cast(logits, tf.float32) + self.output_bias
+        logits = ops.einsum("bph,vh->bpv", x, ops.cast(embedding_table, x.dtype))
+        return ops.cast(logits, "float32") + self.output_bias
 
     def get_config(self):
         config = super().get_config()
@@ -78,8 +79,8 @@ class BertLogits(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, x):
-        logits = tf.matmul(x, tf.cast(self.output_weights, x.dtype), transpose_b=True)
-        return tf.cast(logits, tf.float32) + self.output_bias
+        logits = ops.matmul(x, ops.transpose(ops.cast(self.output_weights, x.dtype)))
+        return ops.cast(logits, "float32") + self.output_bias
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.num_outputs,)

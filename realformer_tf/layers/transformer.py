@@ -19,6 +19,8 @@ from realformer_tf.layers.normalization import LayerNorm
 
 from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS, ResidualMultiHeadAttention
+from realformer_tf.layers.masking import keras_mask_of
+from realformer_tf.layers.weights import WeightOptions
 
 LAYER_NORM_TYPES = ("post", "pre", "normformer")
 
@@ -48,6 +50,12 @@ class _BlockBase(keras.layers.Layer):
         use_residual_scale=False,
         initializer_range=0.02,
         layer_norm_epsilon=1e-12,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -73,10 +81,17 @@ class _BlockBase(keras.layers.Layer):
         self.initializer_range = float(initializer_range)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.normformer = layer_norm_type == "normformer"
+        self.weight_options = WeightOptions(
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+            initializer_range=self.initializer_range,
+        )
 
     # -- sublayer factories -------------------------------------------------------------
     def _initializer(self):
-        return keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        """A fresh kernel initializer (TruncatedNormal(initializer_range) by default)."""
+        return self.weight_options.layer_kwargs()["kernel_initializer"]
 
     def _layer_norm(self, name):
         return LayerNorm(
@@ -87,8 +102,8 @@ class _BlockBase(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             activation=activation,
-            kernel_initializer=self._initializer(),
             name=name,
+            **self.weight_options.layer_kwargs(),
             dtype=self.dtype_policy,
         )
 
@@ -104,8 +119,8 @@ class _BlockBase(keras.layers.Layer):
             layer_index=self.layer_index,
             use_head_scale=self.normformer,
             head_scale_position=self.head_scale_position,
-            kernel_initializer=self._initializer(),
             name=name,
+            **self.weight_options.layer_kwargs(),
             dtype=self.dtype_policy,
         )
 
@@ -178,6 +193,7 @@ class _BlockBase(keras.layers.Layer):
             use_residual_scale=self.use_residual_scale,
             initializer_range=self.initializer_range,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            **self.weight_options.get_config(),
         )
         return config
 
@@ -201,11 +217,13 @@ class TransformerEncoderBlock(_BlockBase):
         self._build_feed_forward(input_shape)
         super().build(input_shape)
 
-    def call(self, x, attention_mask=None, prev_scores=None, training=None):
+    def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None):
+        mask = keras_mask_of(x) if mask is None else mask
+
         def call_attention(h):
             return self.attention(
-                h, h, attention_mask=attention_mask, prev_scores=self._prev(prev_scores),
-                training=training,
+                h, h, query_mask=mask, value_mask=mask, attention_mask=attention_mask,
+                prev_scores=self._prev(prev_scores), training=training,
             )
 
         x, scores = self._attention_sublayer(
@@ -217,8 +235,12 @@ class TransformerEncoderBlock(_BlockBase):
         )
         return self._feed_forward_sublayer(x, training), scores
 
-    def compute_output_shape(self, input_shape):
-        return input_shape, (input_shape[0], self.num_heads, input_shape[1], input_shape[1])
+    def compute_mask(self, x, previous_mask=None):
+        """The output keeps the input's Keras mask; the scores carry none."""
+        return previous_mask, None
+
+    def compute_output_shape(self, x_shape):
+        return x_shape, (x_shape[0], self.num_heads, x_shape[1], x_shape[1])
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -263,13 +285,14 @@ class TransformerDecoderBlock(_BlockBase):
         prev_cross_scores=None,
         training=None,
     ):
+        x_mask = keras_mask_of(x)
         x, self_scores = self._attention_sublayer(
             x,
             self.self_attention_layer_norm,
             getattr(self, "self_attention_post_layer_norm", None),
             lambda t: self.self_attention_dropout(t, training=training),
             lambda h: self.self_attention(
-                h, h, attention_mask=self_attention_mask,
+                h, h, query_mask=x_mask, value_mask=x_mask, attention_mask=self_attention_mask,
                 prev_scores=self._prev(prev_self_scores), use_causal_mask=True,
                 training=training,
             ),
@@ -280,8 +303,12 @@ class TransformerDecoderBlock(_BlockBase):
             getattr(self, "cross_attention_post_layer_norm", None),
             lambda t: self.cross_attention_dropout(t, training=training),
             lambda h: self.cross_attention(
-                h, memory, attention_mask=memory_mask,
+                h, memory, query_mask=x_mask, attention_mask=memory_mask,
                 prev_scores=self._prev(prev_cross_scores), training=training,
             ),
         )
         return self._feed_forward_sublayer(x, training), self_scores, cross_scores
+
+    def compute_mask(self, x, previous_mask=None):
+        """The output keeps `x`'s Keras mask; the scores carry none."""
+        return previous_mask, None, None

@@ -1,0 +1,254 @@
+"""The package used as a Keras user would use it, on the active Keras backend.
+
+Run per backend: `KERAS_BACKEND=jax pytest tests/test_keras_user.py` (the Makefile's
+`test` target runs it under tensorflow, jax and torch). Covers: `import realformer_tf`
+registering everything (a `.keras` file loads in a fresh process, safe_mode on, no
+custom_objects), the Functional API, subclassed models, Keras masks from
+`Embedding(mask_zero=True)`, `jit_compile=True`, both mixed-precision policies and
+`model.export` (TensorFlow backend).
+"""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import realformer_tf  # noqa: F401  (registers the layers and models)
+from realformer_tf import layers as rl
+from realformer_tf import modeling
+
+BACKEND = keras.backend.backend()
+B, L, PAD, H, N, I, VOCAB = 3, 7, 4, 12, 3, 20, 31
+RNG = np.random.default_rng(700)
+LENGTHS = [7, 5, 2]
+IDS = np.zeros((B, L), np.int32)
+for row, n in enumerate(LENGTHS):
+    IDS[row, :n] = RNG.integers(1, VOCAB, size=n)
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x).astype(np.float64)
+
+
+def _real(x):
+    """The real (unpadded) positions of a [B, L', ...] output, concatenated."""
+    x = _np(x)
+    return np.concatenate([x[row, :n] for row, n in enumerate(LENGTHS)])
+
+
+LAYERS = {
+    "attention": lambda: rl.ResidualMultiHeadAttention(num_heads=N, key_dim=5, value_dim=3),
+    "encoder_block": lambda: rl.TransformerEncoderBlock(
+        num_heads=N, intermediate_size=I, layer_norm_type="normformer", hidden_dropout=0.0,
+        attention_dropout=0.0),
+    "encoder": lambda: rl.TransformerEncoder(
+        num_layers=2, num_heads=N, intermediate_size=I, hidden_dropout=0.0,
+        attention_dropout=0.0, use_running_mean=True),
+}
+
+
+def _apply(kind, layer, x):
+    """The layer's [B, L, H] output on a Keras-masked input, as a user calls it."""
+    if kind == "attention":
+        return layer(x, x)[0]
+    if kind == "encoder_block":
+        return layer(x)[0]
+    return layer(x)["sequence_output"]
+
+
+def _masked_model(kind, seed=0, mask_zero=True):
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
+    x = keras.layers.Embedding(VOCAB, H, mask_zero=mask_zero, name="embed")(ids)
+    return keras.Model(ids, _apply(kind, LAYERS[kind](), x))
+
+
+# ------------------------------------------------------------------- Keras masks
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_padding_tokens_do_not_move_real_positions(kind):
+    """Appending PAD padding ids (0) moves the real positions' outputs by float eps at
+    most, as for keras.layers.MultiHeadAttention."""
+    model = _masked_model(kind)
+    padded = np.concatenate([IDS, np.zeros((B, PAD), np.int32)], axis=1)
+    short, long = _real(model(IDS)), _real(model(padded))
+    dev = float(np.max(np.abs(short - long)))
+    print(f"DEV keras_mask/{BACKEND}/{kind} {dev:.3e}")
+    assert dev <= 1e-6, dev
+    # The mask really is used: the same model without it moves the outputs.
+    unmasked = _masked_model(kind, mask_zero=False)
+    unmasked.set_weights(model.get_weights())
+    assert np.max(np.abs(_real(unmasked(IDS)) - _real(unmasked(padded)))) > 1e-3
+
+
+def test_keras_mask_propagates_to_the_outputs():
+    ids = keras.ops.convert_to_tensor(IDS)
+    x = keras.layers.Embedding(VOCAB, H, mask_zero=True)(ids)
+    encoder = LAYERS["encoder"]()
+    out = encoder(x)
+    from realformer_tf.layers.masking import keras_mask_of
+
+    want = IDS != 0
+    np.testing.assert_array_equal(_np(keras_mask_of(out["sequence_output"])), want)
+    np.testing.assert_array_equal(_np(keras_mask_of(out["encoder_outputs"][0])), want)
+    block_out, scores = LAYERS["encoder_block"]()(x)
+    np.testing.assert_array_equal(_np(keras_mask_of(block_out)), want)
+    assert keras_mask_of(scores) is None
+
+
+def test_keras_mask_and_explicit_attention_mask_combine():
+    """A Keras mask plus an attention_mask that hides one more key equals an
+    attention_mask alone that hides both."""
+    layer = rl.ResidualMultiHeadAttention(num_heads=N, key_dim=4)
+    x_plain = RNG.normal(size=(B, L, H)).astype("float32")
+    layer(x_plain, x_plain)
+    keras_mask = (IDS != 0).astype("int32")
+    extra = np.ones((B, L), np.int32)
+    extra[:, 0] = 0
+    out_both, _ = layer(x_plain, x_plain, query_mask=keras_mask, value_mask=keras_mask,
+                        attention_mask=extra)
+    out_explicit, _ = layer(x_plain, x_plain,
+                            attention_mask=keras_mask[:, None, :] * extra[:, None, :]
+                            * keras_mask[:, :, None])
+    np.testing.assert_allclose(_np(out_both), _np(out_explicit), atol=1e-6)
+
+
+# --------------------------------------------------------- Functional + .keras
+def _functional_classifier():
+    keras.utils.set_random_seed(1)
+    ids = keras.Input(shape=(None,), dtype="int32", name="ids")
+    segments = keras.Input(shape=(None,), dtype="int32", name="segments")
+    x = rl.BertEmbeddings(VOCAB, H, max_position_embeddings=16, name="emb")(ids, segments)
+    out = rl.TransformerEncoder(num_layers=2, num_heads=N, intermediate_size=I,
+                                layer_norm_type="pre", name="encoder")(x)
+    att, scores = rl.ResidualMultiHeadAttention(num_heads=N, key_dim=4, name="att")(
+        out["sequence_output"], out["sequence_output"],
+        prev_scores=out["attention_scores"][-1])
+    logits = keras.layers.Dense(2, name="logits")(keras.layers.GlobalAveragePooling1D()(att))
+    return keras.Model({"ids": ids, "segments": segments}, {"logits": logits, "scores": scores})
+
+
+FRESH_PROCESS_LOAD = """
+import sys
+import keras, numpy as np
+import realformer_tf
+model = keras.saving.load_model(sys.argv[1], safe_mode=True)
+inputs = dict(np.load(sys.argv[2]))
+out = model(inputs)
+np.save(sys.argv[3], keras.ops.convert_to_numpy(out["logits"]))
+"""
+
+
+def test_keras_file_loads_in_a_fresh_process(tmp_path):
+    model = _functional_classifier()
+    inputs = {"ids": IDS, "segments": (IDS % 2).astype(np.int32)}
+    want = _np(model(inputs)["logits"])
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    env = dict(os.environ, KERAS_BACKEND=BACKEND)
+    subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS_LOAD, path, str(tmp_path / "inputs.npz"),
+         str(tmp_path / "out.npy")],
+        check=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, atol=1e-6)
+
+
+def test_bert_embeddings_in_functional_api_and_too_long_input_names_the_table():
+    model = _functional_classifier()
+    long_ids = np.ones((1, 17), np.int32)
+    with pytest.raises(ValueError, match="max_position_embeddings=16"):
+        model({"ids": long_ids, "segments": long_ids})
+
+
+# ----------------------------------------------------------- subclassed + fit
+class UserClassifier(keras.Model):
+    """What a user writes: embeddings, our encoder, a pooled head."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = keras.layers.Embedding(VOCAB, H, mask_zero=True)
+        self.encoder = rl.TransformerEncoder(num_layers=2, num_heads=N, intermediate_size=I,
+                                             layer_norm_type="normformer")
+        self.pool = keras.layers.GlobalAveragePooling1D()
+        self.head = keras.layers.Dense(2)
+
+    def call(self, ids, training=None):
+        x = self.encoder(self.embed(ids), training=training)["sequence_output"]
+        return self.head(self.pool(x))
+
+
+def _labels():
+    return (IDS[:, 0] % 2).astype(np.int32)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_subclassed_model_fits(jit_compile):
+    keras.utils.set_random_seed(2)
+    model = UserClassifier()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), jit_compile=jit_compile,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ids, labels = np.tile(IDS, (4, 1)), np.tile(_labels(), 4)
+    history = model.fit(ids, labels, batch_size=6, epochs=6, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+
+
+def test_jit_compiled_predict_matches_eager():
+    model = _masked_model("encoder", seed=3)
+    eager = _np(model(IDS))
+    model.compile(jit_compile=True)
+    np.testing.assert_allclose(model.predict(IDS, verbose=0), eager, atol=2e-5)
+
+
+# ------------------------------------------------------------- mixed precision
+@pytest.fixture
+def restore_policy():
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_model_trains_and_stays_close(policy, restore_policy):
+    want = _np(_masked_model("encoder", seed=4)(IDS))
+    keras.mixed_precision.set_global_policy(policy)
+    model = _masked_model("encoder", seed=4)
+    got = model(IDS)
+    assert keras.backend.standardize_dtype(got.dtype) == policy.split("_")[1]
+    tol = 0.1 if policy == "mixed_bfloat16" else 0.02
+    assert np.max(np.abs(_real(got) - want[IDS != 0])) < tol
+    classifier = UserClassifier()
+    classifier.compile(optimizer="adam",
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    loss = classifier.fit(IDS, _labels(), epochs=1, verbose=0).history["loss"][-1]
+    assert np.isfinite(loss)
+
+
+# --------------------------------------------------------------- BertModel
+def test_bert_classifier_fits_on_this_backend():
+    config = modeling.BertConfig(vocab_size=VOCAB, hidden_size=H, num_hidden_layers=2,
+                                 num_attention_heads=N, intermediate_size=I,
+                                 max_position_embeddings=16, layer_norm_type="normformer")
+    model = modeling.BertClassifierModel(config, num_labels=2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss={"logits": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    features = {"input_ids": IDS, "input_mask": (IDS != 0).astype(np.int32),
+                "segment_ids": np.zeros_like(IDS)}
+    loss = model.fit(features, {"logits": _labels()}, epochs=2, verbose=0).history["loss"]
+    assert np.all(np.isfinite(loss))
+
+
+# ------------------------------------------------------------------- export
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="SavedModel export is TensorFlow only")
+def test_model_export_serves_the_same_numbers(tmp_path):
+    import tensorflow as tf
+
+    model = _masked_model("encoder", seed=5)
+    want = _np(model(IDS))
+    model.export(str(tmp_path / "saved"), format="tf_saved_model")
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))  # keep: it owns the variables
+    served = loaded.serve(tf.constant(IDS))
+    np.testing.assert_allclose(served.numpy(), want, atol=1e-5)
