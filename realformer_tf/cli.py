@@ -14,6 +14,7 @@ from realformer_tf.checkpoint import CheckpointError
 from realformer_tf.config import BertConfig, ConfigError
 from realformer_tf.data.records import InputError
 from realformer_tf.fileio import atomic_output
+from realformer_tf.tpu import DEFAULT_TIMEOUT_S, TpuSetupError
 from realformer_tf.training import NonFiniteLossError, Trainer
 
 FLAGS = flags.FLAGS
@@ -25,7 +26,7 @@ class UsageError(ValueError):
 
 
 # Errors a user can cause; anything else is a bug and keeps its traceback.
-USER_ERRORS = (ConfigError, CheckpointError, InputError, NonFiniteLossError, UsageError)
+USER_ERRORS = (ConfigError, CheckpointError, InputError, NonFiniteLossError, UsageError, TpuSetupError)
 
 
 def define_model_flags():
@@ -46,7 +47,10 @@ def define_model_flags():
     flags.DEFINE_string("master", None, "[Optional] TensorFlow master URL (TPU address).")
     flags.DEFINE_integer("num_tpu_cores", 8, "Only used for reporting; the TPU system decides.")
     # TF2 additions.
-    flags.DEFINE_string("tpu", None, "TPU name or address for TPUStrategy (same as --tpu_name).")
+    flags.DEFINE_string("tpu", None, "TPU name or address for TPUStrategy (same as --tpu_name); "
+                        "local on a TPU VM.")
+    flags.DEFINE_integer("tpu_timeout_s", DEFAULT_TIMEOUT_S,
+                         "Seconds to find and start the TPU before giving up with an error.")
     flags.DEFINE_enum("distribution_strategy", "auto", distribution.STRATEGIES,
                       "auto: tpu if a TPU is named, multi-worker from TF_CONFIG, mirrored on several GPUs.")
     flags.DEFINE_enum("mixed_precision", "none", distribution.MIXED_PRECISION, "Mixed-precision policy.")
@@ -106,11 +110,7 @@ def setup_strategy():
 
         keras.utils.set_random_seed(FLAGS.seed)
     float16 = distribution.set_mixed_precision(FLAGS.mixed_precision)
-    tpu = FLAGS.tpu or FLAGS.tpu_name or FLAGS.master
-    strategy_name = "tpu" if FLAGS.use_tpu and FLAGS.distribution_strategy == "auto" else FLAGS.distribution_strategy
-    if strategy_name == "tpu" and not tpu:
-        raise UsageError("TPU training needs --tpu (or --tpu_name) naming the TPU")
-    strategy = distribution.get_strategy(strategy_name, tpu=tpu, tpu_zone=FLAGS.tpu_zone, gcp_project=FLAGS.gcp_project)
+    strategy = distribution.strategy_from_flags(FLAGS)  # TPU problems: one error within --tpu_timeout_s
     return strategy, float16
 
 
