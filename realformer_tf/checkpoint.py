@@ -27,22 +27,31 @@ class CheckpointError(ValueError):
 
 def resolve_checkpoint(path):
     """A checkpoint prefix, or a directory (its latest checkpoint) -> prefix."""
+    # The prefix first: on ram:// any prefix of a file name counts as a directory, so
+    # isdir(".../bert_model.ckpt") is true next to bert_model.ckpt.index.
+    if tf.io.gfile.exists(path + ".index"):
+        return path
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
             raise CheckpointError(f"{path} is a directory without a checkpoint")
         return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise CheckpointError(
-            f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
-            "/path/bert_model.ckpt, not one of its files"
-        )
-    return path
+    raise CheckpointError(
+        f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
+        "/path/bert_model.ckpt, not one of its files"
+    )
+
+
+def _reader(prefix):
+    """The checkpoint reader of a resolved prefix. Not tf.train.load_checkpoint, which
+    first asks whether the prefix is a directory: on ram:// any prefix of a file name
+    counts as one."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
 
 
 def list_checkpoint(prefix):
     """{name: shape} of every variable stored under `prefix`."""
-    return dict(tf.train.list_variables(prefix))
+    return dict(_reader(prefix).get_variable_to_shape_map())
 
 
 def is_object_based(names):
@@ -120,7 +129,7 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
             f"{prefix} has shapes that differ from {description}: {_format_names(mismatched, 5)}. "
             "Check bert_config_file (hidden_size, vocab_size, num_attention_heads, ...)."
         )
-    reader = tf.train.load_checkpoint(prefix)
+    reader = _reader(prefix)
     for name, var in variables.items():
         var.assign(reader.get_tensor(keys[name]).astype(np.dtype(var.dtype)))
     return prefix
