@@ -74,7 +74,7 @@ def is_remote(tpu):
 
 
 def is_local_path(path):
-    return urlparse(path).scheme in LOCAL_SCHEMES or len(urlparse(path).scheme) == 1  # C:\ on Windows
+    return urlparse(path).scheme in LOCAL_SCHEMES
 
 
 def check_worker_paths(flag_name, tpu, paths):
