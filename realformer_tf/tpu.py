@@ -119,8 +119,10 @@ def grpc_host_port(address):
     return parsed.hostname, port
 
 
-def probe(flag_name, address, deadline):
-    """Fails unless something accepts a TCP connection at a grpc:// address in time."""
+def probe(flag_name, address, deadline, given=None):
+    """Fails unless something accepts a TCP connection at a grpc:// address in time;
+    the error names the flag with the value the user `given` (a name or the address)."""
+    given = given or address
     try:
         host, port = grpc_host_port(address)
     except ValueError:
@@ -131,7 +133,7 @@ def probe(flag_name, address, deadline):
     except OSError as e:
         reason = "no answer in time" if isinstance(e, socket.timeout) else (e.strerror or str(e))
         raise TpuSetupError(
-            f"--{flag_name}={address}: nothing answers at {host}:{port} ({reason}); check the TPU is "
+            f"--{flag_name}={given}: nothing answers at {host}:{port} ({reason}); check the TPU is "
             "READY and its address (gcloud compute tpus list), or on a TPU VM use --tpu=local") from None
 
 
@@ -186,7 +188,7 @@ def resolve(flag_name, tpu, zone, project, deadline):
             "works only on a Google Cloud VM in the TPU's project (add --tpu_zone/--gcp_project if "
             "they differ); on a TPU VM use --tpu=local, elsewhere the TPU's grpc://IP:8470 address") from None
     if master.startswith("grpc://") and master != tpu:
-        probe(flag_name, master, deadline)
+        probe(flag_name, master, deadline, given=tpu)
     return resolver
 
 

@@ -195,3 +195,19 @@ def test_run_bounded_abandons_a_call_that_never_returns():
     assert tpu.run_bounded(lambda: 7, time.monotonic() + 5, "unused") == 7
     with pytest.raises(KeyError):
         tpu.run_bounded(lambda: {}["x"], time.monotonic() + 5, "unused")
+
+
+def test_a_named_tpu_whose_address_is_dead(monkeypatch):
+    """The Cloud TPU API knows the name, but its node does not answer: the error names
+    the flag as the user gave it, with the address it resolved to."""
+
+    class Resolver:
+        def __init__(self, tpu, zone, project):
+            assert (tpu, zone, project) == ("my-tpu", "us-central1-b", "proj")
+
+        def master(self):
+            return "grpc://127.0.0.1:9"
+
+    monkeypatch.setattr(tpu.tf.distribute.cluster_resolver, "TPUClusterResolver", Resolver)
+    with pytest.raises(tpu.TpuSetupError, match=r"^--tpu=my-tpu: nothing answers at 127\.0\.0\.1:9"):
+        tpu.connect("my-tpu", "us-central1-b", "proj", timeout_s=10)
