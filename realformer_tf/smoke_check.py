@@ -244,7 +244,20 @@ def report_row(r):
 def run(strategy, output_dir, variants=tuple(VARIANTS), size=None, steps=5, mixed_precision="bfloat16",
         keep_checkpoints=False, print_fn=print):
     """Checks each variant in turn, printing the report as it goes; returns the
-    VariantResults. A failing variant's traceback goes to stderr after the table."""
+    VariantResults. A failing variant's traceback goes to stderr after the table.
+
+    Args:
+        strategy: the tf.distribute strategy whose devices run the steps.
+        output_dir: the checkpoints go to a `smoke_check-<time>` folder inside it
+            (removed when every variant passes, unless `keep_checkpoints`).
+        variants: names from `VARIANTS`.
+        size: a `Size` (default: 2 layers, hidden 128, sequence 128, 8 per replica).
+        steps: timed training steps per variant, after the first (compiling) one.
+        mixed_precision: one of distribution.MIXED_PRECISION; the caller's global
+            Keras policy is restored afterwards.
+        keep_checkpoints: keep the checkpoint folder even when all variants pass.
+        print_fn: receives each report line.
+    """
     size = size or Size()
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:

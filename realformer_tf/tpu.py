@@ -209,7 +209,17 @@ def master_device(resolver):
 
 def connect(tpu, zone=None, project=None, timeout_s=DEFAULT_TIMEOUT_S, flag_name="tpu"):
     """Resolves, connects to and initializes the TPU within `timeout_s` seconds in all;
-    returns the resolver for tf.distribute.TPUStrategy."""
+    returns the resolver for tf.distribute.TPUStrategy.
+
+    Args:
+        tpu: "local", a grpc://IP:PORT address, or a Cloud TPU name.
+        zone, project: where to look a TPU name up (default: this VM's).
+        timeout_s: the bound on the whole first contact.
+        flag_name: the flag the TPU was given with, for the error messages.
+
+    Raises:
+        TpuSetupError: one line saying what failed and what to do.
+    """
     deadline = time.monotonic() + timeout_s
     resolver = resolve(flag_name, tpu, zone, project, deadline)
 

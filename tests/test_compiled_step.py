@@ -11,7 +11,6 @@ one XLA program. For every model variant, ETC, and the classifier and SQuAD task
   different batches use one trace.
 """
 
-import os
 import re
 
 import numpy as np

@@ -7,10 +7,8 @@ The script cases are subprocesses of run_pretraining.py (a few seconds of Tensor
 start-up each); the detection rules are unit-tested in-process.
 """
 
-import os
 import socket
 import time
-from types import SimpleNamespace
 
 import pytest
 
