@@ -34,7 +34,8 @@ def resolve_strategy_name(distribution_strategy, tpu):
 def strategy_from_flags(flag_values):
     """The strategy the scripts' flags ask for (--distribution_strategy, --use_tpu,
     --tpu / --tpu_name / --master, --tpu_zone, --gcp_project, --tpu_timeout_s), after
-    the offline TPU checks; raises tpu.TpuSetupError for a TPU that cannot work."""
+    the offline TPU checks; raises tpu.TpuSetupError for a TPU that cannot work.
+    `flag_values`: absl FlagValues or an options object with those attributes."""
     f = flag_values
     strategy_name = f.distribution_strategy
     if getattr(f, "use_tpu", False) and strategy_name == "auto":
@@ -42,7 +43,8 @@ def strategy_from_flags(flag_values):
     tpu_lib.check_flags(f, strategy_name)
     flag_name, tpu = tpu_lib.tpu_flag(f)
     timeout_s = getattr(f, "tpu_timeout_s", None) or tpu_lib.DEFAULT_TIMEOUT_S
-    return get_strategy(strategy_name, tpu=tpu, tpu_zone=f.tpu_zone, gcp_project=f.gcp_project,
+    return get_strategy(strategy_name, tpu=tpu, tpu_zone=getattr(f, "tpu_zone", None),
+                        gcp_project=getattr(f, "gcp_project", None),
                         tpu_timeout_s=timeout_s, tpu_flag_name=flag_name)
 
 

@@ -60,9 +60,10 @@ def tpu_vm_evidence(dev_root="/dev", environ=None):
 
 
 def tpu_flag(flag_values):
-    """(flag name, value) of the TPU the flags name: --tpu, --tpu_name or --master."""
+    """(flag name, value) of the TPU the flags name: --tpu, --tpu_name or --master.
+    `flag_values`: absl FlagValues or any object with those attributes (missing: unset)."""
     for name in ("tpu", "tpu_name", "master"):
-        value = getattr(flag_values, name, None) if name in flag_values else None
+        value = getattr(flag_values, name, None)
         if value:
             return name, value
     return "tpu", None
@@ -103,8 +104,7 @@ def check_flags(flag_values, strategy_name, dev_root="/dev", environ=None):
         raise TpuSetupError("TPU training needs --tpu naming the TPU: --tpu=local on a TPU VM, "
                             "else the TPU's name or grpc://IP:8470 address")
     if is_remote(tpu) and strategy_name in ("auto", "tpu") and not evidence:
-        check_worker_paths(flag_name, tpu, {name: getattr(flag_values, name)
-                                            for name in WORKER_PATH_FLAGS if name in flag_values})
+        check_worker_paths(flag_name, tpu, {name: getattr(flag_values, name, None) for name in WORKER_PATH_FLAGS})
 
 
 def grpc_host_port(address):

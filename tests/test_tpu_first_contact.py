@@ -9,6 +9,7 @@ start-up each); the detection rules are unit-tested in-process.
 
 import socket
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -123,19 +124,9 @@ def test_vfio_groups_count_only_with_libtpu(tmp_path, monkeypatch):
     assert tpu.tpu_vm_evidence(str(tmp_path), environ={}) is None
 
 
-class _Flags:
-    """The part of absl's FlagValues that tpu.check_flags uses: attributes and `in`."""
-
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-    def __contains__(self, name):
-        return name in self.__dict__
-
-
 def _flags(**values):
-    return _Flags(**dict(dict(tpu=None, tpu_name=None, master=None, input_file=None, output_dir=None,
-                              init_checkpoint=None), **values))
+    """Flag values as an options object (absl FlagValues works the same): unset ones absent."""
+    return SimpleNamespace(**values)
 
 
 @pytest.mark.parametrize("path, local", [
