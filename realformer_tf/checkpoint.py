@@ -37,6 +37,10 @@ def _hf():
 def resolve_checkpoint(path):
     """A checkpoint prefix, a directory (its latest checkpoint), or a Hugging Face BERT
     folder (config.json + model.safetensors, returned as it is) -> what to read."""
+    # The prefix first: on ram:// any prefix of a file name counts as a directory, so
+    # isdir(".../bert_model.ckpt") is true next to bert_model.ckpt.index.
+    if tf.io.gfile.exists(path + ".index"):
+        return path
     if _hf().is_hf_folder(path):
         _hf().HfFolderWeights(path)  # fails now when the weights are missing or foreign
         return path
@@ -47,12 +51,16 @@ def resolve_checkpoint(path):
                 f"{path} is a directory without a checkpoint (nor a Hugging Face folder with "
                 "config.json and model.safetensors)")
         return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise CheckpointError(
-            f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
-            "/path/bert_model.ckpt, not one of its files, or a Hugging Face model folder"
-        )
-    return path
+    raise CheckpointError(
+        f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
+        "/path/bert_model.ckpt, not one of its files, or a Hugging Face model folder")
+
+
+def _reader(prefix):
+    """The checkpoint reader of a resolved prefix. Not tf.train.load_checkpoint, which
+    first asks whether the prefix is a directory: on ram:// any prefix of a file name
+    counts as one."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
 
 
 def list_checkpoint(prefix):
@@ -60,7 +68,7 @@ def list_checkpoint(prefix):
     tensors under their original BERT names, in our layout)."""
     if _hf().is_hf_folder(prefix):
         return _hf().HfFolderWeights(prefix).shapes()
-    return dict(tf.train.list_variables(prefix))
+    return dict(_reader(prefix).get_variable_to_shape_map())
 
 
 def is_object_based(names):
@@ -115,7 +123,7 @@ class _TfCheckpoint:
 
     def get(self, name):
         if self._reader is None:
-            self._reader = tf.train.load_checkpoint(self.path)
+            self._reader = _reader(self.path)
         return self._reader.get_tensor(self._keys[name])
 
 

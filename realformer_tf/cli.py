@@ -11,6 +11,7 @@ from absl import flags, logging
 from realformer_tf import distribution, optimization, runner
 from realformer_tf.errors import UsageError, UserError, require
 from realformer_tf.families import MODEL_TYPES
+from realformer_tf.tpu import DEFAULT_TIMEOUT_S
 
 FLAGS = flags.FLAGS
 
@@ -57,7 +58,10 @@ def _define_tpu_flags():
     flags.DEFINE_string("gcp_project", None, "GCP project of the Cloud TPU.")
     flags.DEFINE_string("master", None, "[Optional] TensorFlow master URL (TPU address).")
     flags.DEFINE_integer("num_tpu_cores", 8, "Only used for reporting; the TPU system decides.")
-    flags.DEFINE_string("tpu", None, "TPU name or address for TPUStrategy (same as --tpu_name).")
+    flags.DEFINE_string("tpu", None, "TPU name or address for TPUStrategy (same as --tpu_name); "
+                        "local on a TPU VM.")
+    flags.DEFINE_integer("tpu_timeout_s", DEFAULT_TIMEOUT_S,
+                         "Seconds to find and start the TPU before giving up with an error.")
 
 
 def options(options_class):

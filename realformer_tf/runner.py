@@ -64,6 +64,7 @@ class RunOptions:
     tpu_zone: Optional[str] = None
     gcp_project: Optional[str] = None
     master: Optional[str] = None
+    tpu_timeout_s: int = 60
     export_dir: Optional[str] = None
 
 
@@ -166,13 +167,7 @@ def setup_strategy(options):
 
         keras.utils.set_random_seed(options.seed)
     float16 = distribution.set_mixed_precision(options.mixed_precision)
-    tpu = options.tpu or options.tpu_name or options.master
-    name = options.distribution_strategy
-    if options.use_tpu and name == "auto":
-        name = "tpu"
-    require(name != "tpu" or tpu, "TPU training needs --tpu (or --tpu_name) naming the TPU")
-    strategy = distribution.get_strategy(name, tpu=tpu, tpu_zone=options.tpu_zone,
-                                         gcp_project=options.gcp_project)
+    strategy = distribution.strategy_from_options(options)  # TPU problems: one error within tpu_timeout_s
     return strategy, float16
 
 
@@ -234,13 +229,13 @@ def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, fl
     """The Trainer the options describe, restored from output_dir (or initialized by
     the task); says which. Returns (trainer, restored checkpoint path or None)."""
     o = options
-    optimizer_fn = None
-    if o.do_train:
-        def optimizer_fn():
-            return optimization.create_optimizer(
-                o.optimizer, o.learning_rate, max(num_train_steps, 1), num_warmup_steps,
-                weight_decay=o.weight_decay, float16_loss_scaling=float16)
-    trainer = Trainer(task, strategy, o.output_dir, optimizer_fn=optimizer_fn,
+
+    def optimizer_fn():
+        return optimization.create_optimizer(
+            o.optimizer, o.learning_rate, max(num_train_steps, 1), num_warmup_steps,
+            weight_decay=o.weight_decay, float16_loss_scaling=float16)
+
+    trainer = Trainer(task, strategy, o.output_dir, optimizer_fn=optimizer_fn if o.do_train else None,
                       steps_per_loop=o.iterations_per_loop, save_checkpoints_steps=o.save_checkpoints_steps,
                       max_checkpoints_to_keep=o.keep_checkpoint_max, global_batch_size=o.train_batch_size)
     resumed = trainer.restore_or_initialize(weights_only=not o.do_train)
