@@ -5,7 +5,7 @@ Nothing here imports realformer_tf: the model is rebuilt from the math of the or
 BERT `modeling.py` (google-research/bert), the official RealFormer fork of it
 (google-research/google-research/realformer) and NormFormer (Shleifer et al. 2021; the
 fairseq flags scale_attn / scale_fc / scale_heads / scale_resids), as summarized in
-DESIGN.md. Weights are a dict {original name: np.ndarray} with BERT's 2-D kernel
+docs/ARCHITECTURE.md. Weights are a dict {original name: np.ndarray} with BERT's 2-D kernel
 shapes, exactly what `tf.train.load_checkpoint(prefix).get_tensor(name)` returns.
 
 Facts encoded here:

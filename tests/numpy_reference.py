@@ -2,7 +2,7 @@
 
 Nothing here calls realformer_tf's computation: the only contact with our code is
 reading (and, for tests, randomizing) the Keras layers' weight variables by attribute
-name. The formulas follow DESIGN.md and REFERENCE_NOTES.md:
+name. The formulas follow the original implementations (see docs/ARCHITECTURE.md):
 
 * BERT gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); LayerNorm eps 1e-12.
 * Attention (official RealFormer): scores = (x Wq + bq)(m Wk + bk)^T / sqrt(d) + prev;
