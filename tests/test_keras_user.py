@@ -258,3 +258,14 @@ def test_model_export_serves_the_same_numbers(tmp_path):
     loaded = tf.saved_model.load(str(tmp_path / "saved"))  # keep: it owns the variables
     served = loaded.serve(tf.constant(IDS))
     np.testing.assert_allclose(served.numpy(), want, atol=1e-5)
+
+
+# ------------------------------------------------------------------ docstrings
+@pytest.mark.parametrize("module", ["attention", "transformer", "encoder", "embeddings"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"realformer_tf.layers.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result
