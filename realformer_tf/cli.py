@@ -9,7 +9,7 @@ import sys
 import tensorflow as tf
 from absl import flags, logging
 
-from realformer_tf import distribution, optimization
+from realformer_tf import BackendError, distribution, optimization
 from realformer_tf.checkpoint import CheckpointError
 from realformer_tf.config import BertConfig, ConfigError
 from realformer_tf.data.records import InputError
@@ -25,7 +25,8 @@ class UsageError(ValueError):
 
 
 # Errors a user can cause; anything else is a bug and keeps its traceback.
-USER_ERRORS = (ConfigError, CheckpointError, InputError, NonFiniteLossError, UsageError)
+USER_ERRORS = (ConfigError, CheckpointError, InputError, NonFiniteLossError, UsageError,
+               BackendError)
 
 
 def define_model_flags():

@@ -6,6 +6,8 @@ import os
 import keras
 import tensorflow as tf
 
+from realformer_tf import require_tensorflow_backend
+
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = ("none", "float32", "bfloat16", "float16")
 
@@ -32,6 +34,7 @@ def resolve_strategy_name(distribution_strategy, tpu):
 def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_project=None):
     """Builds the strategy. TPUs are found with TPUClusterResolver, as the original
     scripts' --tpu_name/--tpu_zone/--gcp_project did."""
+    require_tensorflow_backend("tf.distribute training")
     name = resolve_strategy_name(distribution_strategy, tpu)
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(

@@ -269,3 +269,36 @@ def test_docstring_examples_run(module):
     mod = importlib.import_module(f"realformer_tf.layers.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0, result
+
+
+# ------------------------------------------------------- original-name checkpoints
+def test_original_name_checkpoint_round_trip_on_this_backend(tmp_path):
+    """save_bert_checkpoint / load_bert_checkpoint (TF1 name-based files, read with
+    TensorFlow's reader) move the weights of a model on any backend."""
+    config = modeling.BertConfig(vocab_size=VOCAB, hidden_size=H, num_hidden_layers=2,
+                                 num_attention_heads=N, intermediate_size=I,
+                                 max_position_embeddings=16)
+    features = {"input_ids": IDS, "input_mask": (IDS != 0).astype(np.int32)}
+    keras.utils.set_random_seed(8)
+    source = modeling.BertPretrainingModel(config)
+    source.build()
+    prefix = str(tmp_path / "bert_model.ckpt")
+    source.save_bert_checkpoint(prefix)
+    keras.utils.set_random_seed(9)
+    target = modeling.BertModel(config)
+    target.load_bert_checkpoint(prefix)
+    want = source.bert(features, training=False)["pooled_output"]
+    got = target(features, training=False)["pooled_output"]
+    np.testing.assert_array_equal(_np(got), _np(want))
+
+
+# ------------------------------------------------ what stays TensorFlow says so
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="checks the other backends' error")
+def test_tensorflow_only_features_name_the_backend():
+    from realformer_tf import BackendError, distribution, export
+
+    with pytest.raises(BackendError, match=f"tf.distribute training.*KERAS_BACKEND='{BACKEND}'"):
+        distribution.get_strategy("one_device")
+    with pytest.raises(BackendError, match="SavedModel export is TensorFlow only"):
+        export.export_model(None, "/nonexistent", task="classifier", vocab_file="v.txt",
+                            do_lower_case=True, max_seq_length=8)
