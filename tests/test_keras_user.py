@@ -48,6 +48,9 @@ LAYERS = {
         num_layers=2, num_heads=N, intermediate_size=I, hidden_dropout=0.0,
         attention_dropout=0.0, use_running_mean=True),
 }
+# The encoder also given an explicit attention_mask tensor: Keras then fills in no
+# `mask` argument and the layer reads the Keras mask of its input itself.
+LAYERS["encoder_and_attention_mask"] = LAYERS["encoder"]
 
 
 def _apply(kind, layer, x):
@@ -56,6 +59,9 @@ def _apply(kind, layer, x):
         return layer(x, x)[0]
     if kind == "encoder_block":
         return layer(x)[0]
+    if kind == "encoder_and_attention_mask":
+        everything = keras.ops.ones_like(keras.ops.sum(x, axis=-1), dtype="int32")
+        return layer(x, attention_mask=everything)["sequence_output"]
     return layer(x)["sequence_output"]
 
 
