@@ -1,12 +1,23 @@
-"""Converts a training checkpoint of run_pretraining/run_classifier/run_squad (e.g.
-output_dir/ckpt-2000, or output_dir for the latest) into an original-named BERT
-checkpoint that the original scripts and other BERT tools load.
+"""Converts between the checkpoint formats the models read: a training checkpoint of
+run_pretraining/run_classifier/run_squad (e.g. output_dir/ckpt-2000, or output_dir for
+the latest), an original-named BERT checkpoint, and a Hugging Face BERT folder
+(config.json + model.safetensors).
 
+  # training checkpoint -> original-named checkpoint (for the original scripts, BERT tools)
   python convert_checkpoint.py --bert_config_file=out/bert_config.json \
     --input_checkpoint=out/ckpt-2000 --output_checkpoint=/tmp/bert_model.ckpt --task=pretraining
 
-(The other direction needs no conversion: every script takes an original-named
-checkpoint as --init_checkpoint.)
+  # Hugging Face folder -> original-named checkpoint (its config.json is the config)
+  python convert_checkpoint.py --input_checkpoint=/models/bert-base-uncased \
+    --output_checkpoint=/tmp/bert_model.ckpt --task=pretraining
+
+  # any of them -> Hugging Face folder
+  python convert_checkpoint.py --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --input_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --output_checkpoint=/tmp/hf_bert \
+    --output_format=hf --task=pretraining
+
+(Every script also takes an original-named checkpoint or a Hugging Face folder directly
+as --init_checkpoint.)
 """
 
 import os
@@ -15,12 +26,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli, convert
+from realformer_tf import cli, convert, hf_checkpoint
 from realformer_tf.config import BertConfig
 
-flags.DEFINE_string("bert_config_file", None, "The model's bert_config.json.")
-flags.DEFINE_string("input_checkpoint", None, "Training checkpoint prefix, or its directory (latest).")
-flags.DEFINE_string("output_checkpoint", None, "Prefix of the original-named checkpoint to write.")
+flags.DEFINE_string("bert_config_file", None,
+                    "The model's bert_config.json (default: a Hugging Face input folder's config.json).")
+flags.DEFINE_string("input_checkpoint", None,
+                    "Training checkpoint prefix or its directory (latest), an original-named "
+                    "checkpoint, or a Hugging Face BERT folder.")
+flags.DEFINE_string("output_checkpoint", None,
+                    "Prefix of the original-named checkpoint, or the Hugging Face folder, to write.")
+flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
+                  "checkpoint: original-named TF1 checkpoint; hf: Hugging Face folder.")
 flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.")
 flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).")
 
@@ -28,14 +45,21 @@ flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).")
 def main(argv):
     del argv
     f = flags.FLAGS
-    config = BertConfig.from_json_file(f.bert_config_file)
+    config_file = f.bert_config_file
+    if config_file is None and hf_checkpoint.is_hf_folder(f.input_checkpoint):
+        config_file = f.input_checkpoint
+    cli.require(config_file, "--bert_config_file is required (unless --input_checkpoint is a "
+                "Hugging Face folder with config.json)")
+    config = BertConfig.from_json_file(config_file)
     print(config.describe())
-    source, written = convert.training_to_original(
-        config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels
+    if f.output_format == "hf" and convert.hf_warning(config):
+        print(convert.hf_warning(config), flush=True)
+    source, written = convert.convert(
+        config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format
     )
     print(f"Converted {source} -> {written}")
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["bert_config_file", "input_checkpoint", "output_checkpoint"])
+    flags.mark_flags_as_required(["input_checkpoint", "output_checkpoint"])
     app.run(cli.run(main))

@@ -20,10 +20,13 @@ import os
 from absl import app, flags
 
 from realformer_tf import cli, export
-from realformer_tf.config import BertConfig
 from realformer_tf.data import glue
+from realformer_tf.families import MODEL_TYPES, get_family
+from realformer_tf.runner import RunOptions
 
 flags.DEFINE_string("bert_config_file", None, "The config json file of the model.")
+flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")
+flags.DEFINE_integer("etc_tokens_per_global", 16, "ETC only: long tokens per global token, as in training.")
 flags.DEFINE_string("init_checkpoint", None,
                     "The fine-tuned checkpoint: an original-named one (e.g. output_dir/bert_model.ckpt), "
                     "one of our training checkpoints, or a directory (its latest checkpoint).")
@@ -61,16 +64,18 @@ def main(argv):
     f = flags.FLAGS
     for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
         cli.require(getattr(f, name), f"--{name} is required")
-    config = BertConfig.from_json_file(f.bert_config_file)
+    family = get_family(f.model_type)
+    config = family.load_config(f.bert_config_file)
     print(config.describe(), flush=True)
     label_names, num_labels, is_regression = _labels(f, f.task)
     path = export.export_from_checkpoint(
-        f.export_dir, bert_config=config, init_checkpoint=f.init_checkpoint,
+        f.export_dir, family=family, config=config, init_checkpoint=f.init_checkpoint,
         vocab_file=f.vocab_file, do_lower_case=f.do_lower_case,
         task=f.task or ("classifier" if f.task_name else None),
         num_labels=num_labels, label_names=label_names, is_regression=is_regression,
         max_seq_length=f.max_seq_length, version=f.version, max_query_length=f.max_query_length,
-        pad_to_max_seq_length=f.pad_to_max_seq_length)
+        pad_to_max_seq_length=f.pad_to_max_seq_length,
+        input_options=RunOptions(etc_tokens_per_global=f.etc_tokens_per_global, max_seq_length=f.max_seq_length))
     info = export.read_export_info(path)
     print(f"Exported {info['task']} model to {path}", flush=True)
     print("Signatures: " + ", ".join(info["signatures"]), flush=True)

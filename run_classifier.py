@@ -8,6 +8,9 @@ Takes the original google-research/bert run_classifier.py flags, e.g.
     --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=128 \
     --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=3.0 \
     --output_dir=/tmp/mrpc_output/
+
+Add --model_type=etc (and an ETC config as --bert_config_file) for ETC: documents of
+thousands of tokens fit one --max_seq_length.
 """
 
 import os
@@ -16,10 +19,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli, export
-from realformer_tf.data import glue
-from realformer_tf.tasks import etc_tasks
-from realformer_tf.tasks.classifier import run_classifier
+from realformer_tf import cli
+from realformer_tf.tasks.classifier import ClassifierOptions, run_classifier
 
 flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).")
 flags.DEFINE_string("task_name", None, "The name of the task to train (cola, mnli, mnli-mm, mrpc, "
@@ -35,24 +36,11 @@ flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear 
 flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
                     "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
 cli.define_model_flags()
-etc_tasks.define_etc_flags()  # --model_type=etc: ETC global-local attention
 
 
 def main(argv):
     del argv
-    f = flags.FLAGS
-    if f.model_type == "etc":
-        etc_tasks.run_etc_classifier(f)
-        return
-    trainer = run_classifier(f)
-    if f.export_dir and trainer.is_chief:
-        _, task = glue.get_task(f.task_name)
-        path = export.export_trained(
-            f.export_dir, f.output_dir, bert_config=cli.load_config(f.max_seq_length), task="classifier",
-            vocab_file=f.vocab_file, do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
-            label_names=None if task.is_regression else list(task.labels), is_regression=task.is_regression,
-        )
-        print(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path)}", flush=True)
+    run_classifier(cli.options(ClassifierOptions))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Pretrains a BERT / RealFormer / NormFormer model (masked LM + next sentence).
+"""Pretrains a BERT / RealFormer / NormFormer (or ETC) model: masked LM + next sentence.
 
 Takes the original google-research/bert run_pretraining.py flags, e.g.
 
@@ -8,6 +8,8 @@ Takes the original google-research/bert run_pretraining.py flags, e.g.
     --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt \
     --train_batch_size=32 --max_seq_length=128 --max_predictions_per_seq=20 \
     --num_train_steps=20 --num_warmup_steps=10 --learning_rate=2e-5
+
+Add --model_type=etc (and an ETC config as --bert_config_file) for ETC.
 """
 
 import os
@@ -17,8 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 from absl import app, flags
 
 from realformer_tf import cli
-from realformer_tf.tasks import etc_tasks
-from realformer_tf.tasks.pretraining import run_pretraining
+from realformer_tf.tasks.pretraining import PretrainingOptions, run_pretraining
 
 flags.DEFINE_string("input_file", None, "Input TF example files (can be a glob or comma separated).")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.")
@@ -28,15 +29,11 @@ flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
 flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
 flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
 cli.define_model_flags()
-etc_tasks.define_etc_flags()  # --model_type=etc: ETC global-local attention
 
 
 def main(argv):
     del argv
-    if flags.FLAGS.model_type == "etc":
-        etc_tasks.run_etc_pretraining(flags.FLAGS)
-    else:
-        run_pretraining(flags.FLAGS)
+    run_pretraining(cli.options(PretrainingOptions))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ official SQuAD metrics into eval_results.txt. E.g.
 
 SQuAD v2.0: add --version_2_with_negative=True (and tune --null_score_diff_threshold with
 the best_f1_thresh that eval_results.txt reports).
+
+ETC on long documents: --model_type=etc with an ETC config and a --max_seq_length of
+thousands of tokens (one window holds a whole multi-paragraph context).
 """
 
 import os
@@ -23,8 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli, export
-from realformer_tf.tasks.squad import run_squad
+from realformer_tf import cli
+from realformer_tf.tasks.squad import SquadOptions, run_squad
 
 flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
 flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
@@ -60,17 +63,10 @@ cli.define_model_flags()
 flags.FLAGS.set_default("max_seq_length", 384)
 
 
+
 def main(argv):
     del argv
-    f = flags.FLAGS
-    trainer = run_squad(f)
-    if f.export_dir and trainer.is_chief:
-        path = export.export_trained(
-            f.export_dir, f.output_dir, bert_config=cli.load_config(f.max_seq_length), task="squad",
-            vocab_file=f.vocab_file, do_lower_case=f.do_lower_case, max_seq_length=f.max_seq_length,
-            max_query_length=f.max_query_length,
-        )
-        print(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task='squad')}", flush=True)
+    run_squad(cli.options(SquadOptions))
 
 
 if __name__ == "__main__":

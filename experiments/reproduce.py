@@ -8,7 +8,7 @@ analysis (Figures 4-6) over the trained checkpoints.
   # on existing pretraining TFRecords (train + held-out)
   python experiments/reproduce.py --budget=small --output_dir=/tmp/reproduce \
     --train_input_file=/tmp/real/train.tfrecord --eval_input_file=/tmp/real/eval.tfrecord \
-    --vocab_file=/work/shared/data/vocab/bert-base-uncased-vocab.txt
+    --vocab_file=$BERT_BASE_DIR/vocab.txt
 
   # from raw text (one sentence per line, blank lines between documents, e.g. made by
   # experiments/prepare_corpus.py); every 10th document is held out for evaluation
@@ -143,16 +143,36 @@ def _prepare_records(budget, output_dir):
             print(f"Reusing {records[name]}", flush=True)
             continue
         print(f"Creating {records[name]} from {text}", flush=True)
-        status, seconds, tail = experiments.run_logged(experiments.script_command(
+        status, tail = run_script_logged(
             "create_pretraining_data.py", dict(
                 input_file=text, output_file=records[name], vocab_file=FLAGS.vocab_file,
                 do_lower_case=FLAGS.do_lower_case, max_seq_length=budget.max_seq_length,
                 max_predictions_per_seq=budget.max_predictions_per_seq, masked_lm_prob=0.15,
-                random_seed=12345, dupe_factor=FLAGS.dupe_factor if name == "train" else 1)),
-            os.path.join(data_dir, "create_pretraining_data.log"), print)
+                random_seed=12345, dupe_factor=FLAGS.dupe_factor if name == "train" else 1),
+            os.path.join(data_dir, "create_pretraining_data.log"))
         if status != 0:
             raise InputError(f"create_pretraining_data.py failed on {text}: {tail[-1] if tail else ''}")
     return records["train"], records["eval"]
+
+
+def run_script_logged(script, flag_values, log_path):
+    """Runs one of the repository's scripts, its output appended to log_path and echoed.
+    A subprocess, unlike the pretraining runs: Model Garden's create_pretraining_data
+    module defines global absl flags when imported, which clash with this script's.
+    Returns (exit status, the last lines)."""
+    import subprocess
+
+    command = [sys.executable, os.path.join(ROOT, script), *[f"--{k}={v}" for k, v in flag_values.items()]]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    tail = []
+    with open(log_path, "a", encoding="utf-8") as log:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env, cwd=ROOT, bufsize=1)
+        for line in proc.stdout:
+            log.write(line)
+            print(line, end="", flush=True)
+            tail = (tail + [line.rstrip("\n")])[-40:]
+    return proc.wait(), tail
 
 
 def main(argv):

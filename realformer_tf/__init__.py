@@ -16,8 +16,10 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 __version__ = "0.1.0"
 
+from realformer_tf.errors import UserError  # noqa: E402  (light: no TensorFlow)
 
-class BackendError(ValueError):
+
+class BackendError(UserError):
     """A TensorFlow-only feature was called under another Keras backend."""
 
 

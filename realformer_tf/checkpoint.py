@@ -11,6 +11,9 @@ import uuid
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
+
+from realformer_tf.errors import UserError
 
 # Variables an original training checkpoint holds that are not model weights.
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
@@ -21,28 +24,51 @@ _OBJECT_BASED_MARKER = ".ATTRIBUTES/VARIABLE_VALUE"
 _TRAINING_WEIGHTS = re.compile(r"^model_weights/(.*)/\.ATTRIBUTES/VARIABLE_VALUE$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint that does not match the model it is loaded into."""
 
 
+def _hf():
+    # Imported on use: hf_checkpoint imports this module (CheckpointError).
+    from realformer_tf import hf_checkpoint
+    return hf_checkpoint
+
+
 def resolve_checkpoint(path):
-    """A checkpoint prefix, or a directory (its latest checkpoint) -> prefix."""
+    """A checkpoint prefix, a directory (its latest checkpoint), or a Hugging Face BERT
+    folder (config.json + model.safetensors, returned as it is) -> what to read."""
+    # The prefix first: on ram:// any prefix of a file name counts as a directory, so
+    # isdir(".../bert_model.ckpt") is true next to bert_model.ckpt.index.
+    if tf.io.gfile.exists(path + ".index"):
+        return path
+    if _hf().is_hf_folder(path):
+        _hf().HfFolderWeights(path)  # fails now when the weights are missing or foreign
+        return path
     if tf.io.gfile.isdir(path):
         latest = tf.train.latest_checkpoint(path)
         if latest is None:
-            raise CheckpointError(f"{path} is a directory without a checkpoint")
+            raise CheckpointError(
+                f"{path} is a directory without a checkpoint (nor a Hugging Face folder with "
+                "config.json and model.safetensors)")
         return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise CheckpointError(
-            f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
-            "/path/bert_model.ckpt, not one of its files"
-        )
-    return path
+    raise CheckpointError(
+        f"no checkpoint at {path} (expected {path}.index); pass the prefix, e.g. "
+        "/path/bert_model.ckpt, not one of its files, or a Hugging Face model folder")
+
+
+def _reader(prefix):
+    """The checkpoint reader of a resolved prefix. Not tf.train.load_checkpoint, which
+    first asks whether the prefix is a directory: on ram:// any prefix of a file name
+    counts as one."""
+    return tf.compat.v1.train.NewCheckpointReader(prefix)
 
 
 def list_checkpoint(prefix):
-    """{name: shape} of every variable stored under `prefix`."""
-    return dict(tf.train.list_variables(prefix))
+    """{name: shape} of every variable stored under `prefix` (a Hugging Face folder's
+    tensors under their original BERT names, in our layout)."""
+    if _hf().is_hf_folder(prefix):
+        return _hf().HfFolderWeights(prefix).shapes()
+    return dict(_reader(prefix).get_variable_to_shape_map())
 
 
 def is_object_based(names):
@@ -73,57 +99,111 @@ def _format_names(names, limit=8):
     return shown + (f" (and {len(names) - limit} more)" if len(names) > limit else "")
 
 
-def load_named_variables(prefix, variables, owned_prefixes, description="the model"):
+class _TfCheckpoint:
+    """A name-based checkpoint (original names, or our training checkpoints' weights)
+    seen as {original name: tensor}, like hf_checkpoint.HfFolderWeights."""
+
+    def __init__(self, prefix):
+        self.path = prefix
+        raw = list_checkpoint(prefix)
+        self._keys = original_names(raw)
+        if self._keys is None:
+            raise CheckpointError(
+                f"{prefix} is an object-based checkpoint that was not written by realformer_tf; "
+                "give an original-named BERT checkpoint, one of ours or a Hugging Face folder"
+            )
+        self._shapes = {name: list(raw[key]) for name, key in self._keys.items()}
+        self._reader = None
+
+    def shapes(self):
+        return self._shapes
+
+    def stored_name(self, name):
+        return name
+
+    def get(self, name):
+        if self._reader is None:
+            self._reader = _reader(self.path)
+        return self._reader.get_tensor(self._keys[name])
+
+
+def open_named_weights(path):
+    """{original name: tensor} view of a checkpoint prefix / directory or a Hugging Face
+    folder: an object with `path`, `shapes()`, `get(name)` and `stored_name(name)`."""
+    path = resolve_checkpoint(path)
+    if _hf().is_hf_folder(path):
+        return _hf().HfFolderWeights(path)
+    return _TfCheckpoint(path)
+
+
+def _named(source, names, limit=8):
+    """Names as the source stores them (a Hugging Face tensor name, then ours)."""
+    shown = []
+    for name in names:
+        stored = source.stored_name(name)
+        shown.append(name if stored == name else f"{stored} ({name})")
+    return _format_names(shown, limit)
+
+
+def _check_names(source, variables, owned_prefixes, optional_prefixes, description):
+    """Raises CheckpointError naming missing, unexpected or mis-shaped weights."""
+    stored = source.shapes()
+    missing = [n for n in variables if n not in stored and not n.startswith(tuple(optional_prefixes))]
+    kept = sorted(n for n in variables if n not in stored and n not in missing)
+    if kept:
+        logging.warning("%s has no %s; kept as initialized", source.path, _named(source, kept))
+    if missing:
+        raise CheckpointError(
+            f"{source.path} lacks {len(missing)} variable(s) that {description} needs: "
+            f"{_named(source, missing)}. Is bert_config_file the one this checkpoint was "
+            "trained with (layer_norm_type, normformer switches, sizes)?"
+        )
+    unexpected = [
+        name for name in stored
+        if _is_model_weight(name) and name not in variables and name.startswith(tuple(owned_prefixes))
+    ]
+    if unexpected:
+        raise CheckpointError(
+            f"{source.path} holds {len(unexpected)} variable(s) that {description} does not have: "
+            f"{_named(source, unexpected)}. The checkpoint is of another variant or size than "
+            "bert_config_file describes."
+        )
+    mismatched = [
+        f"{source.stored_name(name)} (checkpoint {list(stored[name])}, model {list(var.shape)})"
+        for name, var in variables.items()
+        if name in stored and list(stored[name]) != list(var.shape)
+    ]
+    if mismatched:
+        raise CheckpointError(
+            f"{source.path} has shapes that differ from {description}: {_format_names(mismatched, 5)}. "
+            "Check bert_config_file (hidden_size, vocab_size, num_attention_heads, ...)."
+        )
+
+
+def load_named_variables(prefix, variables, owned_prefixes, description="the model",
+                         optional_prefixes=(), transforms=None):
     """Assigns checkpoint tensors to `variables` ({name: variable}) by name.
 
     Checkpoint entries that are not model weights (optimizer slots, global_step) are
     ignored, as are weights outside `owned_prefixes` (e.g. the pretraining heads when
     loading an encoder). A weight inside `owned_prefixes` that the model lacks means the
-    checkpoint is of another variant or size, and is an error, as is a missing weight or
-    a shape mismatch.
+    checkpoint is of another variant or size, and is an error, as is a missing weight
+    (except those under `optional_prefixes`, which then keep their values) or a shape
+    mismatch. `prefix` may also be a Hugging Face BERT folder. `transforms` maps a name
+    to a function applied to its stored array (a same-shape layout change, e.g. permuted
+    rows). Returns what was read.
     """
-    prefix = resolve_checkpoint(prefix)
-    raw = list_checkpoint(prefix)
-    keys = original_names(raw)
-    if keys is None:
-        raise CheckpointError(
-            f"{prefix} is an object-based checkpoint that was not written by realformer_tf; "
-            "give an original-named BERT checkpoint or one of ours"
-        )
-    stored = {name: raw[key] for name, key in keys.items()}
-    missing = [name for name in variables if name not in stored]
-    if missing:
-        raise CheckpointError(
-            f"{prefix} lacks {len(missing)} variable(s) that {description} needs: "
-            f"{_format_names(missing)}. Is bert_config_file the one this checkpoint was "
-            "trained with (layer_norm_type, normformer switches, sizes)?"
-        )
-    unexpected = [
-        name for name in stored
-        if _is_model_weight(name)
-        and name not in variables
-        and name.startswith(tuple(owned_prefixes))
-    ]
-    if unexpected:
-        raise CheckpointError(
-            f"{prefix} holds {len(unexpected)} variable(s) that {description} does not have: "
-            f"{_format_names(unexpected)}. The checkpoint is of another variant or size than "
-            "bert_config_file describes."
-        )
-    mismatched = [
-        f"{name} (checkpoint {stored[name]}, model {list(var.shape)})"
-        for name, var in variables.items()
-        if list(stored[name]) != list(var.shape)
-    ]
-    if mismatched:
-        raise CheckpointError(
-            f"{prefix} has shapes that differ from {description}: {_format_names(mismatched, 5)}. "
-            "Check bert_config_file (hidden_size, vocab_size, num_attention_heads, ...)."
-        )
-    reader = tf.train.load_checkpoint(prefix)
+    source = open_named_weights(prefix)
+    _check_names(source, variables, owned_prefixes, optional_prefixes, description)
+    stored = source.shapes()
+    transforms = transforms or {}
     for name, var in variables.items():
-        var.assign(reader.get_tensor(keys[name]).astype(np.dtype(var.dtype)))
-    return prefix
+        if name in stored:
+            value = np.asarray(source.get(name))
+            if name in transforms:
+                value = transforms[name](value)
+            var.assign(value.astype(np.dtype(var.dtype)))
+    return source.path
 
 
 def save_named_variables(prefix, variables):

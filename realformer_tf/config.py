@@ -3,18 +3,54 @@ switches, with validation that names the offending field."""
 
 import copy
 import dataclasses
+import difflib
 import json
+import os
 
+from absl import logging
 import tensorflow as tf
 
+from realformer_tf.errors import UserError
 from realformer_tf.fileio import atomic_output
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.transformer import LAYER_NORM_TYPES
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bert_config.json (or BertConfig argument) that cannot describe a model."""
+
+
+# Keys of the multilingual and Chinese Google BERT releases' bert_config.json. The
+# original BertConfig copies every key onto itself and its model never reads these, so
+# they are accepted and ignored here too.
+IGNORED_RELEASE_FIELDS = (
+    "directionality", "pooler_fc_size", "pooler_num_attention_heads",
+    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
+)
+
+
+def check_field_names(values, known, ignored, source):
+    """Returns `values` without the `ignored` keys (logging one line naming them).
+
+    Raises ConfigError for any other key outside `known`, suggesting the closest known
+    name when the key looks like a typo of one.
+    """
+    unknown = sorted(set(values) - set(known) - set(ignored))
+    if unknown:
+        named = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+            named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        raise ConfigError(
+            f"{source}: unknown field(s) {', '.join(named)}; fix or remove them. Known fields "
+            f"are {', '.join(sorted(known))}"
+        )
+    skipped = sorted(set(values) & set(ignored))
+    if skipped:
+        logging.warning("%s: ignoring %s (unused by the model, as in the original code)",
+                        source, ", ".join(skipped))
+    return {key: value for key, value in values.items() if key not in ignored}
 
 
 class JsonConfig:
@@ -22,20 +58,24 @@ class JsonConfig:
     define `from_dict(values, source)` and `file_description`."""
 
     file_description = "config file"
+    ignored_fields = ()  # keys accepted and dropped (released configs' unused extras)
 
     @classmethod
     def from_json_file(cls, path):
+        return cls.from_dict(cls._read_json_file(path), source=str(path))
+
+    @classmethod
+    def _read_json_file(cls, path):
         if not tf.io.gfile.exists(path):
             raise ConfigError(f"{cls.file_description} {path} does not exist")
         with tf.io.gfile.GFile(path, "rb") as f:
             raw = f.read()
         try:
-            values = json.loads(raw.decode("utf-8"))
+            return json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise ConfigError(f"{path} is not UTF-8 text ({e}); save it as UTF-8 JSON") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path} is not valid JSON ({e})") from None
-        return cls.from_dict(values, source=str(path))
 
     def to_dict(self):
         return copy.deepcopy(dataclasses.asdict(self))
@@ -82,6 +122,7 @@ class BertConfig(JsonConfig):
     """
 
     file_description = "bert_config_file"
+    ignored_fields = IGNORED_RELEASE_FIELDS
 
     vocab_size: int
     hidden_size: int = 768
@@ -107,16 +148,28 @@ class BertConfig(JsonConfig):
 
     # -- construction -------------------------------------------------------------------
     @classmethod
+    def from_json_file(cls, path):
+        """Reads a bert_config.json. A Hugging Face BERT config.json (recognized by its
+        "model_type" key), or a Hugging Face model folder, is accepted too and translated
+        by `hf_checkpoint.config_from_hf_dict` (its "gelu" is the exact erf GELU, our
+        "gelu_exact"; residual attention off)."""
+        if tf.io.gfile.isdir(path):
+            path = os.path.join(path, "config.json")
+        values = cls._read_json_file(path)
+        if isinstance(values, dict) and "model_type" in values:
+            from realformer_tf import hf_checkpoint  # imported on use: it imports this module
+
+            config = hf_checkpoint.config_from_hf_dict(values, source=str(path))
+            logging.info("%s: Hugging Face config read as %s", path, config.describe())
+            return config
+        return cls.from_dict(values, source=str(path))
+
+    @classmethod
     def from_dict(cls, values, source="config"):
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"{source}: unknown field(s) {', '.join(unknown)}; known fields are "
-                f"{', '.join(sorted(known))}"
-            )
+        known = [f.name for f in dataclasses.fields(cls)]
+        values = check_field_names(values, known, cls.ignored_fields, source)
         if "vocab_size" not in values:
             raise ConfigError(f"{source}: the required field vocab_size is missing")
         try:

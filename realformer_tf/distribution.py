@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 
 from realformer_tf import require_tensorflow_backend
+from realformer_tf import tpu as tpu_lib
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = ("none", "float32", "bfloat16", "float16")
@@ -31,17 +32,32 @@ def resolve_strategy_name(distribution_strategy, tpu):
     return "default"
 
 
-def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_project=None):
+def strategy_from_options(options):
+    """The strategy the options ask for (distribution_strategy, use_tpu, tpu / tpu_name /
+    master, tpu_zone, gcp_project, tpu_timeout_s: `runner.RunOptions` fields, named after
+    the flags), after the offline TPU checks; raises tpu.TpuSetupError for a TPU that
+    cannot work."""
+    f = options
+    strategy_name = f.distribution_strategy
+    if getattr(f, "use_tpu", False) and strategy_name == "auto":
+        strategy_name = "tpu"
+    tpu_lib.check_flags(f, strategy_name)
+    flag_name, tpu = tpu_lib.tpu_flag(f)
+    timeout_s = getattr(f, "tpu_timeout_s", None) or tpu_lib.DEFAULT_TIMEOUT_S
+    return get_strategy(strategy_name, tpu=tpu, tpu_zone=getattr(f, "tpu_zone", None),
+                        gcp_project=getattr(f, "gcp_project", None),
+                        tpu_timeout_s=timeout_s, tpu_flag_name=flag_name)
+
+
+def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_project=None,
+                 tpu_timeout_s=tpu_lib.DEFAULT_TIMEOUT_S, tpu_flag_name="tpu"):
     """Builds the strategy. TPUs are found with TPUClusterResolver, as the original
-    scripts' --tpu_name/--tpu_zone/--gcp_project did."""
+    scripts' --tpu_name/--tpu_zone/--gcp_project did, within `tpu_timeout_s` seconds
+    (see realformer_tf.tpu)."""
     require_tensorflow_backend("tf.distribute training")
     name = resolve_strategy_name(distribution_strategy, tpu)
     if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu=tpu or "", zone=tpu_zone, project=gcp_project
-        )
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
+        resolver = tpu_lib.connect(tpu or "local", tpu_zone, gcp_project, tpu_timeout_s, tpu_flag_name)
         return tf.distribute.TPUStrategy(resolver)
     if name == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy()

@@ -10,7 +10,7 @@
 
 Each attention type has its own residual score path (the long side's fused l2l+l2g
 logits and the global side's fused g2g+g2l logits), both pre-mask running sums; see
-`realformer_tf/layers/etc_attention.py` for the layouts.
+`realformer_tf/layers/etc/blocked.py` for the layouts.
 """
 
 import dataclasses
@@ -19,11 +19,13 @@ import keras
 import tensorflow as tf
 
 from realformer_tf import checkpoint as ckpt
+from realformer_tf import etc_checkpoint
 from realformer_tf.config import BertConfig, ConfigError, JsonConfig  # noqa: F401  (ConfigError is public here)
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
-from realformer_tf.layers.etc_attention import (
+from realformer_tf.layers.etc import (
     SIDE_INPUT_NAMES,
+    GlobalLocalBlock,
     GlobalLocalEncoder,
     relative_vocab_size_needed,
 )
@@ -33,19 +35,48 @@ from realformer_tf.layers.transformer import LAYER_NORM_TYPES
 LAYER_NORM_EPSILON = 1e-12
 
 
+LAYOUTS = ("official", "realformer_tf")
+# Keys the official EtcConfig.to_json_string() always writes and our files before the
+# `layout` field never had: a config with one of them and no `layout` is official.
+_OFFICIAL_ONLY_FIELDS = ("embedding_size", "att_size_per_head", "grad_checkpointing_period")
+
+
 @dataclasses.dataclass
 class EtcConfig(JsonConfig):
     """ETC's config fields (google-research etcmodel EtcConfig names and defaults) plus
-    the RealFormer / NormFormer switches of `BertConfig`.
+    the RealFormer / NormFormer switches of `BertConfig` and the model `layout`.
 
-    `use_pre_activation_order` (ETC's name for Pre-LN) is accepted: with it,
-    `layer_norm_type` defaults to "pre" (it may also be "normformer", not "post").
+    Official fields with their meaning here:
+      embedding_size: width of the token embedding table (None = hidden_size); when it
+        differs from hidden_size the lookup is projected to hidden_size (ALBERT-style
+        factorized embedding; official layout only).
+      att_size_per_head: size per attention head; None or hidden_size /
+        num_attention_heads (other values are refused: our attention layers use that).
+      use_pre_activation_order: ETC's Pre-LN; `layer_norm_type` then defaults to "pre"
+        (it may also be "normformer", not "post").
+      grad_checkpointing_period: activation recomputation in the official code, which
+        changes memory only, never results; accepted and not used (this package keeps
+        all activations).
+
+    `layout` selects the model structure:
+      "official": as google-research etcmodel builds it: separate absolute-position
+        tables for the long and the global input, the factorized embedding above, no
+        final LayerNorm after the last layer in pre-activation order, long segment ids
+        defaulting to 1 and no attention mask when none is given; its checkpoints load
+        and save under the official variable names.
+      "realformer_tf": this package's earlier layout (one position table for both
+        sides, final LayerNorm per side in Pre-LN, masks derived from padding id 0,
+        segment ids defaulting to 0).
+    A config file without `layout` is official when it has any of embedding_size,
+    att_size_per_head, grad_checkpointing_period (the official writer always emits
+    them), else "realformer_tf" (our files before the field existed).
     """
 
     file_description = "ETC config file"
 
     vocab_size: int
     segment_vocab_size: int = 16
+    embedding_size: int = None
     hidden_size: int = 768
     num_hidden_layers: int = 12
     num_attention_heads: int = 12
@@ -55,6 +86,7 @@ class EtcConfig(JsonConfig):
     attention_probs_dropout_prob: float = 0.1
     initializer_range: float = 0.02
     local_radius: int = 84
+    att_size_per_head: int = None
     relative_pos_max_distance: int = 12
     relative_vocab_size: int = 32
     max_absolute_position_embeddings: int = 0
@@ -65,6 +97,8 @@ class EtcConfig(JsonConfig):
     use_pre_activation_order: bool = False
     use_hard_g2l_mask: bool = False
     use_hard_l2g_mask: bool = False
+    grad_checkpointing_period: int = 0
+    layout: str = "realformer_tf"
     # RealFormer
     residual_attention: bool = True
     use_running_mean: bool = False
@@ -78,10 +112,44 @@ class EtcConfig(JsonConfig):
         if self.layer_norm_type is None:
             self.layer_norm_type = "pre" if self.use_pre_activation_order is True else "post"
         self._validate()
+        self._validate_official_fields()
 
-    # Construction and JSON I/O work exactly as for BertConfig (unknown fields: an error
-    # naming them; files through tf.io.gfile).
-    from_dict = classmethod(BertConfig.from_dict.__func__)
+    @classmethod
+    def from_dict(cls, values, source="config"):
+        """Like BertConfig.from_dict (unknown fields: an error naming them), choosing the
+        layout of a file without one (see the class docstring)."""
+        if isinstance(values, dict) and "layout" not in values:
+            official = any(key in values for key in _OFFICIAL_ONLY_FIELDS)
+            values = dict(values, layout="official" if official else "realformer_tf")
+        return BertConfig.from_dict.__func__(cls, values, source)
+
+    @property
+    def official(self):
+        return self.layout == "official"
+
+    @property
+    def factorized_embedding(self):
+        return self.embedding_size is not None and self.embedding_size != self.hidden_size
+
+    def _validate_official_fields(self):
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+        for name, low in (("embedding_size", 1), ("att_size_per_head", 1), ("grad_checkpointing_period", 0)):
+            value = getattr(self, name)
+            if value is None and name != "grad_checkpointing_period":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.factorized_embedding and not self.official:
+            raise ConfigError(
+                f"embedding_size {self.embedding_size} != hidden_size {self.hidden_size} (a factorized "
+                'embedding) needs "layout": "official"')
+        per_head = self.hidden_size // self.num_attention_heads
+        if self.att_size_per_head is not None and self.att_size_per_head != per_head:
+            raise ConfigError(
+                f"att_size_per_head {self.att_size_per_head} differs from hidden_size / "
+                f"num_attention_heads = {per_head}; the attention layers here use the latter. "
+                "Use null (or that value)")
 
     def describe(self):
         name = "ETC+RealFormer" if self.residual_attention else "ETC"
@@ -161,15 +229,27 @@ class EtcConfig(JsonConfig):
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class EtcEmbeddings(keras.layers.Layer):
     """Token (+ segment, + optional absolute position) embeddings for the long and the
-    global input, one shared token/segment/position table (ETC), a LayerNorm per side,
-    dropout. Call: `emb(long_ids, global_ids, long_type_ids, global_type_ids)`."""
+    global input: one token and one segment table for both sides (ETC), a LayerNorm per
+    side, dropout. Call: `emb(long_ids, global_ids, long_type_ids, global_type_ids)`.
+
+    Args:
+        embedding_size: token table width; when it differs from hidden_size, lookups
+            are projected to hidden_size by a Dense (`embedding_projection`), as the
+            official EmbeddingLookup does.
+        separate_position_tables: a position table per side (`position_embeddings` for
+            the long input, `global_position_embeddings`), as the official model has;
+            False shares `position_embeddings` between the sides.
+    """
 
     def __init__(self, vocab_size, hidden_size, segment_vocab_size=16,
                  max_absolute_position_embeddings=0, hidden_dropout=0.1, initializer_range=0.02,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+                 layer_norm_epsilon=LAYER_NORM_EPSILON, embedding_size=None,
+                 separate_position_tables=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = int(vocab_size)
         self.hidden_size = int(hidden_size)
+        self.embedding_size = int(embedding_size or hidden_size)
+        self.separate_position_tables = bool(separate_position_tables)
         self.segment_vocab_size = int(segment_vocab_size)
         self.max_absolute_position_embeddings = int(max_absolute_position_embeddings)
         self.hidden_dropout = float(hidden_dropout)
@@ -180,26 +260,43 @@ class EtcEmbeddings(keras.layers.Layer):
         self.global_layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="global_layer_norm", dtype=self.dtype_policy)
         self.dropout = keras.layers.Dropout(self.hidden_dropout, dtype=self.dtype_policy)
+        self.embedding_projection = None
+        if self.embedding_size != self.hidden_size:
+            self.embedding_projection = keras.layers.Dense(
+                self.hidden_size, name="embedding_projection", dtype=self.dtype_policy,
+                kernel_initializer=keras.initializers.TruncatedNormal(stddev=self.embedding_size ** -0.5))
 
     def build(self, long_ids_shape=None, global_ids_shape=None):
         init = lambda: keras.initializers.TruncatedNormal(stddev=self.initializer_range)  # noqa: E731
         self.word_embeddings = self.add_weight(
-            name="word_embeddings", shape=(self.vocab_size, self.hidden_size), initializer=init())
+            name="word_embeddings", shape=(self.vocab_size, self.embedding_size), initializer=init())
+        if self.embedding_projection is not None:
+            self.embedding_projection.build((None, None, self.embedding_size))
         self.segment_embeddings = self.add_weight(
             name="segment_embeddings", shape=(self.segment_vocab_size, self.hidden_size),
             initializer=init())
         if self.max_absolute_position_embeddings:
+            shape = (self.max_absolute_position_embeddings, self.hidden_size)
             self.position_embeddings = self.add_weight(
-                name="position_embeddings",
-                shape=(self.max_absolute_position_embeddings, self.hidden_size), initializer=init())
+                name="position_embeddings", shape=shape, initializer=init())
+            if self.separate_position_tables:
+                self.global_position_embeddings = self.add_weight(
+                    name="global_position_embeddings", shape=shape, initializer=init())
         self.long_layer_norm.build((None, None, self.hidden_size))
         self.global_layer_norm.build((None, None, self.hidden_size))
         super().build(long_ids_shape)
 
-    def _embed(self, ids, type_ids, layer_norm, training):
-        x = tf.gather(self.word_embeddings, ids) + tf.gather(self.segment_embeddings, type_ids)
+    def _embed(self, ids, type_ids, side, training):
+        x = tf.gather(self.word_embeddings, ids)
+        if self.embedding_projection is not None:
+            x = self.embedding_projection(x)
+        x += tf.gather(self.segment_embeddings, type_ids)
         if self.max_absolute_position_embeddings:
-            x += self.position_embeddings[None, : tf.shape(ids)[1], :]
+            table = self.position_embeddings
+            if side == "global" and self.separate_position_tables:
+                table = self.global_position_embeddings
+            x += table[None, : tf.shape(ids)[1], :]
+        layer_norm = self.long_layer_norm if side == "long" else self.global_layer_norm
         return self.dropout(layer_norm(x), training=training)
 
     def call(self, long_ids, global_ids, long_type_ids=None, global_type_ids=None, training=None):
@@ -207,8 +304,8 @@ class EtcEmbeddings(keras.layers.Layer):
             long_type_ids = tf.zeros_like(long_ids)
         if global_type_ids is None:
             global_type_ids = tf.zeros_like(global_ids)
-        return (self._embed(long_ids, long_type_ids, self.long_layer_norm, training),
-                self._embed(global_ids, global_type_ids, self.global_layer_norm, training))
+        return (self._embed(long_ids, long_type_ids, "long", training),
+                self._embed(global_ids, global_type_ids, "global", training))
 
     def get_config(self):
         config = super().get_config()
@@ -217,7 +314,50 @@ class EtcEmbeddings(keras.layers.Layer):
             segment_vocab_size=self.segment_vocab_size,
             max_absolute_position_embeddings=self.max_absolute_position_embeddings,
             hidden_dropout=self.hidden_dropout, initializer_range=self.initializer_range,
-            layer_norm_epsilon=self.layer_norm_epsilon)
+            layer_norm_epsilon=self.layer_norm_epsilon, embedding_size=self.embedding_size,
+            separate_position_tables=self.separate_position_tables)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class PreActivationBlockStack(keras.layers.Layer):
+    """`GlobalLocalBlock`s in sequence without a final LayerNorm: the official ETC
+    pre-activation order ends with the last block's residual sum (GlobalLocalEncoder
+    adds a LayerNorm per side there). Same call and outputs as GlobalLocalEncoder, same
+    weight names for the blocks (`layer_N`).
+
+    Args:
+        num_layers: number of blocks.
+        **block_config: GlobalLocalBlock arguments (also `name`, `dtype`).
+    """
+
+    def __init__(self, num_layers, name=None, dtype=None, trainable=True, **block_config):
+        super().__init__(name=name, dtype=dtype, trainable=trainable)
+        self.num_layers = int(num_layers)
+        self.block_config = dict(block_config)
+        self.blocks = [GlobalLocalBlock(layer_index=i, name=f"layer_{i}", dtype=self.dtype_policy,
+                                        **self.block_config) for i in range(self.num_layers)]
+
+    def build(self, long_input_shape, global_input_shape=None):
+        for block in self.blocks:
+            block.build(long_input_shape, global_input_shape or long_input_shape)
+        super().build(long_input_shape)
+
+    def call(self, long_input, global_input, side_inputs=None, training=None):
+        outputs = {key: [] for key in ("long_encoder_outputs", "global_encoder_outputs",
+                                       "long_scores", "global_scores")}
+        x_long, x_global, s_long, s_global = long_input, global_input, None, None
+        for block in self.blocks:
+            x_long, x_global, s_long, s_global = block(
+                x_long, x_global, side_inputs=side_inputs, prev_long_scores=s_long,
+                prev_global_scores=s_global, training=training)
+            for key, value in zip(outputs, (x_long, x_global, s_long, s_global)):
+                outputs[key].append(value)
+        return dict(outputs, long_output=x_long, global_output=x_global)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_layers=self.num_layers, **self.block_config)
         return config
 
 
@@ -259,14 +399,21 @@ class _EtcCheckpointIO:
 
     def load_etc_checkpoint(self, prefix, skip_heads=False):
         """Loads a checkpoint written by `save_etc_checkpoint` (or a training checkpoint
-        of ours); `skip_heads` loads the encoder only. Raises CheckpointError naming any
-        missing, unexpected or mis-shaped weight."""
+        of ours), or an official ETC checkpoint (recognized by its `etc_document_bert/`
+        names; needs a config in the official layout); `skip_heads` loads the encoder
+        only. Raises CheckpointError naming any missing, unexpected or mis-shaped weight."""
+        if etc_checkpoint.has_official_names(prefix):
+            return etc_checkpoint.load_official(self, prefix, skip_heads=skip_heads)
         owned = ("etc/",) + (() if skip_heads else tuple(self._head_prefixes))
         return ckpt.load_named_variables(
             prefix, self.etc_checkpoint_variables(include_heads=not skip_heads), owned,
             description=f"{type(self).__name__} ({self.config.describe()})")
 
-    def save_etc_checkpoint(self, prefix):
+    def save_etc_checkpoint(self, prefix, official_names=False):
+        """Writes every weight under our names, or with `official_names` the encoder under
+        the official etcmodel names (official layout only; see `etc_checkpoint`)."""
+        if official_names:
+            return etc_checkpoint.save_official(self, prefix)
         return ckpt.save_named_variables(prefix, self.etc_checkpoint_variables())
 
 
@@ -283,7 +430,7 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
     Outputs: dict with `long_output` [B, L, H], `global_output` [B, G, H],
     `long_encoder_outputs` / `global_encoder_outputs` (one per layer), `long_scores` and
     `global_scores` (lists, one carried score tensor per layer; layouts in
-    `realformer_tf.layers.etc_attention`).
+    `realformer_tf.layers.etc.blocked`).
     """
 
     def __init__(self, config, **kwargs):
@@ -296,17 +443,21 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
             segment_vocab_size=config.segment_vocab_size,
             max_absolute_position_embeddings=config.max_absolute_position_embeddings,
             hidden_dropout=config.hidden_dropout_prob, initializer_range=config.initializer_range,
+            embedding_size=config.embedding_size, separate_position_tables=config.official,
             name="embeddings", dtype=self.dtype_policy)
-        self.encoder = GlobalLocalEncoder(
-            **config.block_options(LAYER_NORM_EPSILON),
+        options = config.block_options(LAYER_NORM_EPSILON)
+        options.update(
             local_radius=config.local_radius,
             relative_pos_max_distance=config.relative_pos_max_distance,
             relative_vocab_size=config.relative_vocab_size,
             share_feed_forward_params=config.share_feed_forward_params,
             share_kv_projections=config.share_kv_projections,
             share_qkv_projections=config.share_qkv_projections,
-            share_att_output_projection=config.share_att_output_projection,
-            name="encoder", dtype=self.dtype_policy)
+            share_att_output_projection=config.share_att_output_projection)
+        if config.official and config.layer_norm_type != "post":
+            self.encoder = PreActivationBlockStack(name="encoder", dtype=self.dtype_policy, **options)
+        else:
+            self.encoder = GlobalLocalEncoder(**options, name="encoder", dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         # Explicit shapes: Keras would otherwise trace the whole call symbolically.
@@ -345,23 +496,29 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
             value = inputs.get(name)
             return None if value is None else tf.cast(value, tf.int32)
 
+        long_types = optional_int("long_token_type_ids")
+        if long_types is None and self.config.official:
+            long_types = tf.ones_like(long_ids)  # the official default: long segment 1
         x_long, x_global = self.embeddings(
-            long_ids, global_ids, optional_int("long_token_type_ids"),
-            optional_int("global_token_type_ids"), training=training)
+            long_ids, global_ids, long_types, optional_int("global_token_type_ids"), training=training)
         side = {name: optional_int(name) for name in SIDE_INPUT_NAMES if inputs.get(name) is not None}
+        if not self.config.official:  # the official model masks nothing unless told
+            side = self._padding_masks(side, long_ids, global_ids)
+        return self.encoder(x_long, x_global, side_inputs=side, training=training)
+
+    @staticmethod
+    def _padding_masks(side, long_ids, global_ids):
+        """Masks not given are derived from padding (token id 0) on the key side."""
         long_real = tf.cast(tf.not_equal(long_ids, 0), tf.int32)
         global_real = tf.cast(tf.not_equal(global_ids, 0), tf.int32)
+        batch, long_len, global_len = tf.shape(long_ids)[0], tf.shape(long_ids)[1], tf.shape(global_ids)[1]
         side.setdefault("l2l_att_mask", long_real)           # [B, L] key padding
         side.setdefault("g2g_att_mask", global_real)         # [B, G] key padding
         if "l2g_att_mask" not in side:
-            side["l2g_att_mask"] = tf.broadcast_to(global_real[:, None, :],
-                                                   [tf.shape(long_ids)[0], tf.shape(long_ids)[1],
-                                                    tf.shape(global_ids)[1]])
+            side["l2g_att_mask"] = tf.broadcast_to(global_real[:, None, :], [batch, long_len, global_len])
         if "g2l_att_mask" not in side:
-            side["g2l_att_mask"] = tf.broadcast_to(long_real[:, None, :],
-                                                   [tf.shape(long_ids)[0], tf.shape(global_ids)[1],
-                                                    tf.shape(long_ids)[1]])
-        return self.encoder(x_long, x_global, side_inputs=side, training=training)
+            side["g2l_att_mask"] = tf.broadcast_to(long_real[:, None, :], [batch, global_len, long_len])
+        return side
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name}
@@ -405,6 +562,11 @@ class EtcPretrainingModel(_EtcWithHead):
         kwargs.setdefault("name", "etc_pretraining")
         super().__init__(config, **kwargs)
         cfg = self.config
+        if cfg.factorized_embedding:
+            raise ConfigError(
+                f"EtcPretrainingModel ties its masked-LM head to the token embeddings, which are "
+                f"{cfg.embedding_size} wide (embedding_size) against hidden_size {cfg.hidden_size}; "
+                "fine-tune with EtcClassifierModel / EtcModel, or use embedding_size = hidden_size")
         self.next_sentence_head = bool(next_sentence_head)
         self.masked_lm = MaskedLMHead(
             cfg.vocab_size, hidden_act=cfg.hidden_act, initializer_range=cfg.initializer_range,
@@ -472,3 +634,27 @@ class EtcClassifierModel(_EtcWithHead):
     @classmethod
     def from_config(cls, config):
         return cls(EtcConfig.from_dict(config["config"]), config["num_labels"], name=config.get("name"))
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class EtcSquadModel(_EtcWithHead):
+    """ETC + span logits on every long token (BERT's SQuAD head, `squad/output_weights`
+    [2, hidden]): the whole context is one long input, so a question over a document of
+    thousands of tokens needs no doc_stride windows. Outputs: `start_logits`,
+    `end_logits` [B, L] (float32)."""
+
+    _head_prefixes = ("squad/",)
+
+    def __init__(self, config, **kwargs):
+        kwargs.setdefault("name", "etc_squad")
+        super().__init__(config, **kwargs)
+        self.span = BertLogits(2, initializer_range=self.config.initializer_range, name="squad",
+                               dtype=self.dtype_policy)
+
+    def _build_head(self, hidden):
+        self.span.build((None, None, hidden))
+
+    def call(self, inputs, training=None):
+        outputs = self.etc(inputs, training=training)
+        logits = self.span(outputs["long_output"])
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}

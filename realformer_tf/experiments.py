@@ -2,10 +2,11 @@
 Table 6's learning-rate stability probe, Figures 4-6's attention analysis), driven by
 experiments/reproduce.py.
 
-Every variant is pretrained by a subprocess call of run_pretraining.py (train on the
-training records, then evaluate on the held-out records in the same output_dir), so a
-run is resumable: a rerun reuses finished runs (eval_results.txt at the requested step)
-and resumes interrupted ones from their checkpoints.
+Every variant is pretrained in this process by the pretraining job run_pretraining.py
+runs (`realformer_tf.tasks.pretraining.run_pretraining`), trained on the training records
+and then evaluated on the held-out records in the same output_dir, so a run is
+resumable: a rerun reuses finished runs (eval_results.txt at the requested step) and
+resumes interrupted ones from their checkpoints.
 """
 
 import dataclasses
@@ -13,13 +14,9 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 import time
 
 import tensorflow as tf
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,42 +187,38 @@ def count_vocab(vocab_file):
     return len(check_vocab(vocab_file))
 
 
-# -- subprocesses ------------------------------------------------------------------------------
+# -- training ------------------------------------------------------------------------------
 
-def script_command(script, flag_values):
-    args = [f"--{k}={v}" for k, v in flag_values.items()]
-    return [sys.executable, os.path.join(ROOT, script), *args]
+def train_in_process(options, log_path, on_line=None):
+    """Runs the pretraining job (`options`: PretrainingOptions) in this process, its
+    output appended to `log_path` and each line passed to `on_line`. Returns (None or
+    the divergence message, seconds)."""
+    import contextlib
+    import sys
 
+    import keras
 
-def script_env():
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    from realformer_tf.tasks.pretraining import run_pretraining
+    from realformer_tf.training import NonFiniteLossError
 
+    console, start = sys.stdout, time.time()
 
-def run_logged(command, log_path, on_line=None):
-    """Runs `command`, appending its output (stdout and stderr) to `log_path` and passing
-    each line to `on_line`. Returns (exit status, seconds, the last lines)."""
-    start = time.time()
-    tail = []
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write("$ " + " ".join(command) + "\n")
-        log.flush()
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=script_env(), cwd=ROOT, bufsize=1)
+    def say(line):
+        print(line, flush=True)
+        if on_line:
+            with contextlib.redirect_stdout(console):
+                on_line(line)
+
+    with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+        print(f"$ run_pretraining {json.dumps(dataclasses.asdict(options), sort_keys=True)}", flush=True)
         try:
-            for line in proc.stdout:
-                log.write(line)
-                tail = (tail + [line.rstrip("\n")])[-40:]
-                if on_line:
-                    on_line(line.rstrip("\n"))
-            status = proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-    return status, time.time() - start, tail
+            run_pretraining(options, log=say)
+            return None, time.time() - start
+        except NonFiniteLossError as e:
+            print(f"error: {e}", flush=True)
+            return str(e), time.time() - start
+        finally:
+            keras.backend.clear_session()  # one process trains many models
 
 
 # -- evaluation ----------------------------------------------------------------------------
@@ -400,19 +393,20 @@ class Reproduction:
                  + f"{steps} steps (log: {log_path}) | elapsed {format_seconds(start - self.started)}"
                  f" | ETA {format_seconds(self.eta(total - index + 1))}")
         if resumed < steps or not tf.io.gfile.exists(os.path.join(run_dir, "bert_model.ckpt.index")):
-            status, seconds, tail = run_logged(
-                script_command("run_pretraining.py", self._train_flags(lr, run_dir, config_file)),
-                log_path, self._progress(tag))
+            from realformer_tf.errors import UserError
+            from realformer_tf.tasks.pretraining import PretrainingOptions
+
+            options = PretrainingOptions(**self._train_flags(lr, run_dir, config_file))
+            try:
+                diverged, seconds = train_in_process(options, log_path, self._progress(tag))
+            except UserError as e:
+                return self._failed(variant, lr, start, f"pretraining: {e} (see {log_path})")
             self._timing(run_dir, {"train_seconds": seconds})
-            if status != 0:
-                match = re.search(r"error: (loss became .*)", "\n".join(tail))
-                if not match:
-                    return self._failed(variant, lr, start, f"run_pretraining.py exited with {status}; "
-                                        f"see {log_path}:\n  " + "\n  ".join(tail[-8:]))
+            if diverged:
                 with tf.io.gfile.GFile(os.path.join(run_dir, "diverged.txt"), "w") as f:
-                    f.write(match.group(1) + "\n")
+                    f.write(diverged + "\n")
                 self.session_seconds.append(time.time() - start)
-                self.log(f"{tag} DIVERGED: {match.group(1)[:100]}")
+                self.log(f"{tag} DIVERGED: {diverged[:100]}")
                 return dataclasses.replace(self.existing(variant, lr), reused=False)
         self.log(f"{tag} evaluating on the held-out records")
         eval_start = time.time()

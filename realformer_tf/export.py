@@ -76,10 +76,9 @@ import tensorflow_text as tf_text
 
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import require_tensorflow_backend
-from realformer_tf import modeling
-from realformer_tf.cli import UsageError
-from realformer_tf.config import BertConfig
 from realformer_tf.data.records import InputError
+from realformer_tf.errors import UsageError
+from realformer_tf.families import get_family
 
 TASKS = ("classifier", "squad", "encoder")
 EXPORT_INFO_FILE = "realformer_export.json"  # under <version>/assets.extra/
@@ -273,8 +272,13 @@ class ServingFunctions:
     call; seen with TF 2.20 / Keras 3.15.)
     """
 
-    def __init__(self, model, task, text_encoder, label_names=None, is_regression=False):
+    def __init__(self, model, task, text_encoder, label_names=None, is_regression=False,
+                 family=None, input_options=None):
         self.model = model
+        # The family turns the BERT-layout features into its model's inputs (ETC: global
+        # tokens, masks, relative ids), in the graph; ETC needs a static length.
+        self.family = family or get_family("bert")
+        self.input_options = input_options
         self.text_encoder = text_encoder
         self.task = task
         self.is_regression = bool(is_regression)
@@ -311,9 +315,24 @@ class ServingFunctions:
         root.model_variables = variables
         return root
 
+    def _model_outputs(self, features):
+        features = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
+        if self.family.name == "bert":
+            return self.model(features, training=False)
+        # A fixed length: pad to max_seq_length, then cut the per-token outputs back.
+        length = tf.shape(features["input_ids"])[1]
+        padded = {k: tf.pad(v, [[0, 0], [0, self.max_seq_length - length]]) for k, v in features.items()}
+        for v in padded.values():
+            v.set_shape([None, self.max_seq_length])
+        inputs = self.family.adapt_features(padded, self.model.config, self.input_options)
+        outputs = dict(self.model(inputs, training=False))
+        for key in ("start_logits", "end_logits"):
+            if key in outputs:
+                outputs[key] = outputs[key][:, :length]
+        return outputs
+
     def _run(self, features):
-        outputs = self.model(
-            {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}, training=False)
+        outputs = self._model_outputs(features)
         if self.task == "classifier":
             logits = tf.cast(outputs["logits"], tf.float32)
             if self.is_regression:
@@ -404,36 +423,34 @@ def next_version(export_dir):
     return max(versions, default=0) + 1
 
 
-def infer_task(init_checkpoint):
-    """classifier / squad / encoder from the heads an original-named checkpoint holds."""
-    names = ckpt.original_names(ckpt.list_checkpoint(ckpt.resolve_checkpoint(init_checkpoint))) or {}
-    if "output_weights" in names:
-        return "classifier"
-    if any(n.startswith("cls/squad/") for n in names):
-        return "squad"
+def infer_task(init_checkpoint, family=None):
+    """classifier / squad / encoder from the heads a checkpoint holds."""
+    family = family or get_family("bert")
+    prefix = ckpt.resolve_checkpoint(init_checkpoint)
+    for task in ("classifier", "squad"):
+        if family.checkpoint_heads(prefix, task):
+            return task
     return "encoder"
 
 
-def checkpoint_num_labels(init_checkpoint):
+def checkpoint_num_labels(init_checkpoint, family=None):
     """num_labels of the classifier head in a checkpoint (None without one)."""
+    family = family or get_family("bert")
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     raw = ckpt.list_checkpoint(prefix)
     names = ckpt.original_names(raw) or {}
-    if "output_weights" not in names:
-        return None
-    return int(raw[names["output_weights"]][0])
+    weights = family.classifier_weights_name
+    return int(raw[names[weights]][0]) if weights in names else None
 
 
-def build_model(config, task, num_labels=None):
+def build_model(config, task, num_labels=None, family=None):
     """The float32 Keras model of a task (the serving graph runs in float32 whatever the
     training policy was)."""
-    if task == "classifier":
-        return modeling.BertClassifierModel(config, num_labels=num_labels, dtype="float32")
-    if task == "squad":
-        return modeling.BertSquadModel(config, dtype="float32")
-    if task == "encoder":
-        return modeling.BertModel(config, dtype="float32")
-    raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    family = family or get_family("bert")
+    if task not in family.export_tasks:
+        raise ExportError(f"task {task!r} cannot be exported for model type {family.name}; use one of "
+                          f"{', '.join(family.export_tasks)}")
+    return family.build_model(config, task, num_labels=num_labels, dtype="float32")
 
 
 def _resolve_labels(task, num_labels, label_names, is_regression):
@@ -459,59 +476,70 @@ def _resolve_labels(task, num_labels, label_names, is_regression):
     return num_labels, [str(i) for i in range(num_labels)]
 
 
-def _check_lengths(config, task, max_seq_length, max_query_length):
+def _check_lengths(family, config, task, max_seq_length, max_query_length):
     if max_seq_length < 3:
         raise ExportError(f"max_seq_length={max_seq_length} leaves no room for [CLS] text [SEP]")
-    if max_seq_length > config.max_position_embeddings:
-        raise ExportError(f"max_seq_length={max_seq_length} exceeds max_position_embeddings="
-                          f"{config.max_position_embeddings} of the bert_config")
+    limit = family.max_length(config)
+    if limit and max_seq_length > limit:
+        raise ExportError(f"max_seq_length={max_seq_length} exceeds {family.max_length_field}={limit} of the config")
     if task == "squad" and not 0 < max_query_length < max_seq_length - 3:
         raise ExportError(f"max_query_length={max_query_length} must be in [1, max_seq_length - 3), "
                           "as in run_squad.py")
 
 
-def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_length,
-                 label_names=None, is_regression=False, version=None, max_query_length=64,
-                 pad_to_max_seq_length=False, extra_info=None):
-    """Writes `model` (a built BertClassifierModel / BertSquadModel / BertModel with its
-    weights) as `export_dir/<version>/`; returns that path.
+def _check_outputs(model, task, label_names, is_regression):
+    if task != "classifier":
+        return
+    if is_regression:
+        if model.num_labels != 1:
+            raise ExportError(f"a regression model has one output, this one {model.num_labels}")
+    elif label_names is None or len(label_names) != model.num_labels:
+        raise ExportError(f"the classifier has {model.num_labels} outputs; give as many label names")
 
-    `version` defaults to the next free integer. The SavedModel is written under a
-    temporary name and renamed into place, so a model server watching export_dir never
-    sees a half-written version.
-    """
-    require_tensorflow_backend("SavedModel export")
-    if task not in TASKS:
-        raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
-    config = model.config
-    _check_lengths(config, task, max_seq_length, max_query_length)
-    if task == "classifier":
-        if is_regression:
-            if model.num_labels != 1:
-                raise ExportError(f"a regression model has one output, this one {model.num_labels}")
-        elif label_names is None or len(label_names) != model.num_labels:
-            raise ExportError(f"the classifier has {model.num_labels} outputs; give as many label names")
-    tokens = read_vocab(vocab_file, config.vocab_size)
 
+def _new_version_path(export_dir, version):
     version = next_version(export_dir) if version is None else int(version)
     if version < 0:
         raise ExportError(f"version must be a non-negative integer, got {version}")
     final = os.path.join(export_dir, str(version))
     if tf.io.gfile.exists(final):
         raise ExportError(f"{final} already exists; give another --version or a new --export_dir")
-    tf.io.gfile.makedirs(export_dir)
-    temp = os.path.join(export_dir, f"temp-{version}-{uuid.uuid4().hex[:8]}")
+    return final
 
+
+def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_length,
+                 label_names=None, is_regression=False, version=None, max_query_length=64,
+                 pad_to_max_seq_length=False, extra_info=None, family=None, input_options=None):
+    """Writes `model` (a built task model of `family`, default BERT, with its weights) as
+    `export_dir/<version>/`; returns that path.
+
+    Args:
+        task: "classifier", "squad" or "encoder" (BERT only).
+        input_options: for ETC, the options its inputs are built with
+            (`etc_tokens_per_global`); rows are then padded to `max_seq_length`.
+        version: defaults to the next free integer. The SavedModel is written under a
+            temporary name and renamed into place, so a model server watching
+            export_dir never sees a half-written version.
+    """
+    require_tensorflow_backend("SavedModel export")
+    family = family or get_family("bert")
+    if task not in TASKS:
+        raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    config = model.config
+    _check_lengths(family, config, task, max_seq_length, max_query_length)
+    _check_outputs(model, task, label_names, is_regression)
+    tokens = read_vocab(vocab_file, config.vocab_size)
+    final = _new_version_path(export_dir, version)
+    tf.io.gfile.makedirs(export_dir)
+    temp = os.path.join(export_dir, f"temp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
     info = {
-        "task": task,
-        "model": config.describe(),
-        "bert_config": config.to_dict(),
-        "do_lower_case": bool(do_lower_case),
-        "max_seq_length": int(max_seq_length),
-        "pad_to_max_seq_length": bool(pad_to_max_seq_length),
-        "label_names": label_names,
+        "task": task, "model_type": family.name, "model": config.describe(),
+        f"{family.name}_config": config.to_dict(), "do_lower_case": bool(do_lower_case),
+        "max_seq_length": int(max_seq_length), "label_names": label_names,
+        "pad_to_max_seq_length": bool(pad_to_max_seq_length or family.name != "bert"),
         "is_regression": bool(is_regression),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **(family.run_identity(input_options) if input_options is not None else {}),
     }
     if task == "squad":
         info["max_query_length"] = int(max_query_length)
@@ -525,14 +553,9 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
             vocab_path, do_lower_case, max_seq_length,
             pair_truncation="squad" if task == "squad" else "longest_first",
             max_query_length=max_query_length if task == "squad" else None,
-            pad_to_max_seq_length=pad_to_max_seq_length)
-        serving = ServingFunctions(model, task, encoder, label_names, is_regression)
-        signatures = serving.concrete_functions()
-        tf.saved_model.save(serving.saveable(signatures), temp, signatures=signatures)
-        info["signatures"] = sorted(signatures)
-        tf.io.gfile.makedirs(os.path.join(temp, "assets.extra"))
-        with tf.io.gfile.GFile(os.path.join(temp, "assets.extra", EXPORT_INFO_FILE), "w") as f:
-            json.dump(info, f, indent=2, sort_keys=True)
+            pad_to_max_seq_length=info["pad_to_max_seq_length"])
+        serving = ServingFunctions(model, task, encoder, label_names, is_regression, family, input_options)
+        _save(serving, temp, info)
         tf.io.gfile.rename(temp, final)
     except BaseException:
         if tf.io.gfile.exists(temp):
@@ -543,49 +566,51 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
     return final
 
 
-def export_from_checkpoint(export_dir, *, bert_config, init_checkpoint, vocab_file, do_lower_case,
-                           task=None, num_labels=None, label_names=None, is_regression=False,
-                           max_seq_length=128, version=None, max_query_length=64,
-                           pad_to_max_seq_length=False):
-    """Builds the task's model from `bert_config` (a BertConfig or a json path), loads an
-    original-named checkpoint (or one of ours), and exports it; returns the version path.
+def _save(serving, path, info):
+    signatures = serving.concrete_functions()
+    tf.saved_model.save(serving.saveable(signatures), path, signatures=signatures)
+    info["signatures"] = sorted(signatures)
+    tf.io.gfile.makedirs(os.path.join(path, "assets.extra"))
+    with tf.io.gfile.GFile(os.path.join(path, "assets.extra", EXPORT_INFO_FILE), "w") as f:
+        json.dump(info, f, indent=2, sort_keys=True)
 
-    `task=None` takes it from the checkpoint's heads; a classifier's label count, when
-    neither `label_names` nor `num_labels` is given, from its `output_weights`.
+
+def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_case, bert_config=None,
+                           family=None, config=None, task=None, num_labels=None, label_names=None,
+                           is_regression=False, max_seq_length=128, version=None, max_query_length=64,
+                           pad_to_max_seq_length=False, input_options=None):
+    """Builds the task's model, loads a checkpoint of its family (original-named or one
+    of our training checkpoints) and exports it; returns the version path.
+
+    Args:
+        bert_config: the model's config, a file path or a config object.
+        config: the same (the name the runner uses); give one of the two.
+        family: a `realformer_tf.families` family (default BERT).
+        task: None takes it from the checkpoint's heads; a classifier's label count,
+            when neither `label_names` nor `num_labels` is given, from its weights.
     """
-    config = bert_config if isinstance(bert_config, BertConfig) else BertConfig.from_json_file(bert_config)
+    family = family or get_family("bert")
+    if config is None:
+        config = bert_config if isinstance(bert_config, family.config_class) else family.load_config(bert_config)
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
-    task = task or infer_task(prefix)
+    task = task or infer_task(prefix, family)
     if task not in TASKS:
         raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
     if task == "classifier" and not label_names and not num_labels and not is_regression:
-        num_labels = checkpoint_num_labels(prefix)
+        num_labels = checkpoint_num_labels(prefix, family)
         if num_labels is None:
-            raise ExportError(f"{prefix} has no classifier head (output_weights); export it as "
-                              "task encoder, or give the fine-tuned checkpoint")
+            raise ExportError(f"{prefix} has no classifier head ({family.classifier_weights_name}); export "
+                              "it as task encoder, or give the fine-tuned checkpoint")
     num_labels, label_names = _resolve_labels(task, num_labels, label_names, is_regression)
-    _check_lengths(config, task, max_seq_length, max_query_length)  # fail before building
+    _check_lengths(family, config, task, max_seq_length, max_query_length)  # fail before building
     read_vocab(vocab_file, config.vocab_size)
-    model = build_model(config, task, num_labels)
-    model.load_bert_checkpoint(prefix)
+    model = build_model(config, task, num_labels, family)
+    family.load_checkpoint(model, prefix)
     return export_model(
         model, export_dir, task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,
         max_seq_length=max_seq_length, label_names=label_names, is_regression=is_regression,
-        version=version, max_query_length=max_query_length,
-        pad_to_max_seq_length=pad_to_max_seq_length,
-        extra_info={"init_checkpoint": prefix})
-
-
-def export_trained(export_dir, output_dir, *, bert_config, task, vocab_file, do_lower_case,
-                   max_seq_length, **kwargs):
-    """The `--export_dir` hook of run_classifier.py / run_squad.py: exports the model a run
-    left in `output_dir` — its original-named `bert_model.ckpt` when training wrote one,
-    else its latest training checkpoint. Returns the version path."""
-    final = os.path.join(output_dir, "bert_model.ckpt")
-    init_checkpoint = final if tf.io.gfile.exists(final + ".index") else output_dir
-    return export_from_checkpoint(
-        export_dir, bert_config=bert_config, init_checkpoint=init_checkpoint, vocab_file=vocab_file,
-        do_lower_case=do_lower_case, task=task, max_seq_length=max_seq_length, **kwargs)
+        version=version, max_query_length=max_query_length, pad_to_max_seq_length=pad_to_max_seq_length,
+        extra_info={"init_checkpoint": prefix}, family=family, input_options=input_options)
 
 
 def read_export_info(path):

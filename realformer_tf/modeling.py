@@ -1,5 +1,5 @@
 """BERT-compatible models: `BertConfig`, `BertModel` and the task heads, reading and
-writing original BERT / RealFormer checkpoints by name (see DESIGN.md).
+writing original BERT / RealFormer checkpoints by name, and Hugging Face BERT folders.
 
     config = modeling.BertConfig.from_json_file("bert_config.json")
     model = modeling.BertModel(config)
@@ -12,6 +12,7 @@ import numpy as np
 from keras import ops
 
 from realformer_tf import checkpoint as ckpt
+from realformer_tf import hf_checkpoint
 from realformer_tf.checkpoint import CheckpointError  # noqa: F401  (public)
 from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (public)
 from realformer_tf.layers.embeddings import BertEmbeddings
@@ -37,11 +38,15 @@ def _logits_vars(prefix, logits_layer):
 class _BertCheckpointIO:
     """`load_bert_checkpoint` / `save_bert_checkpoint` over a model's name map.
 
-    Subclasses define `_checkpoint_variables(include_heads)`, `_head_prefixes` and
-    `_dummy_inputs()`.
+    Subclasses define `_checkpoint_variables(include_heads)`, `_head_prefixes`,
+    `hf_architecture` (the transformers class with the same weights) and
+    `_dummy_inputs()`; `_optional_prefixes` names weights the model's outputs do not use,
+    which keep their values when a checkpoint lacks them.
     """
 
     _head_prefixes = ()
+    _optional_prefixes = ()
+    hf_architecture = None
 
     def _ensure_built(self):
         if not self.built:
@@ -53,7 +58,8 @@ class _BertCheckpointIO:
         return self._checkpoint_variables(include_heads)
 
     def load_bert_checkpoint(self, prefix, skip_heads=False):
-        """Loads an original-named checkpoint (a prefix or a directory).
+        """Loads an original-named checkpoint (a prefix or a directory) or a Hugging Face
+        BERT folder (config.json + model.safetensors; see `hf_checkpoint`).
 
         Optimizer slots and `global_step` are ignored, and so are heads the model does not
         have; `skip_heads=True` also leaves this model's own heads as initialized
@@ -61,14 +67,26 @@ class _BertCheckpointIO:
         missing, unexpected or mis-shaped variable.
         """
         owned = ("bert/",) + (() if skip_heads else tuple(self._head_prefixes))
+        optional = tuple(self._optional_prefixes)
+        if hf_checkpoint.is_hf_folder(prefix):
+            # transformers' BertForMaskedLM / BertForQuestionAnswering save no pooler and
+            # initialize a fresh one when a task needs it; so do we (with a log line).
+            optional += ("bert/pooler/",)
         return ckpt.load_named_variables(
             prefix, self.bert_checkpoint_variables(include_heads=not skip_heads), owned,
             description=f"{type(self).__name__} ({self.config.describe()})",
+            optional_prefixes=optional,
         )
 
     def save_bert_checkpoint(self, prefix):
         """Writes every weight under its original BERT name (a TF1 name-based checkpoint)."""
         return ckpt.save_named_variables(prefix, self.bert_checkpoint_variables())
+
+    def save_hf_folder(self, folder):
+        """Writes a Hugging Face folder (config.json + model.safetensors) that
+        `transformers.<hf_architecture>.from_pretrained` reads; see
+        `hf_checkpoint.save_hf_folder` for the variants stock transformers cannot compute."""
+        return hf_checkpoint.save_hf_folder(self, folder)
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -80,6 +98,8 @@ class BertModel(_BertCheckpointIO, keras.Model):
     `pooled_output` [B, H], `encoder_outputs` (one [B, L, H] per layer) and
     `attention_scores` (one carried [B, heads, L, L] score tensor per layer).
     """
+
+    hf_architecture = "BertModel"
 
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
@@ -221,6 +241,7 @@ class BertPretrainingModel(_BertWithHead):
     Extra outputs: `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2]."""
 
     _head_prefixes = ("cls/",)
+    hf_architecture = "BertForPreTraining"
 
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "bert_pretraining")
@@ -267,6 +288,7 @@ class BertClassifierModel(_BertWithHead):
     run_classifier names). Output: `logits` [B, num_labels] (float32)."""
 
     _head_prefixes = ("output_weights", "output_bias")
+    hf_architecture = "BertForSequenceClassification"
 
     def __init__(self, config, num_labels, **kwargs):
         kwargs.setdefault("name", "bert_classifier")
@@ -306,6 +328,10 @@ class BertSquadModel(_BertWithHead):
     Outputs: `start_logits`, `end_logits` [B, L] (float32)."""
 
     _head_prefixes = ("cls/squad/",)
+    # The span head reads the sequence output only; transformers'
+    # BertForQuestionAnswering has no pooler at all.
+    _optional_prefixes = ("bert/pooler/",)
+    hf_architecture = "BertForQuestionAnswering"
 
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "bert_squad")

@@ -22,6 +22,7 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
+from realformer_tf.errors import UserError
 from realformer_tf.fileio import atomic_output
 
 
@@ -58,7 +59,7 @@ class Task:
         raise NotImplementedError
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(UserError, RuntimeError):
     pass
 
 

@@ -64,6 +64,16 @@ def tiny_config_dict(**overrides):
     return config
 
 
+def tiny_etc_config_dict(**overrides):
+    """A tiny ETC config (EtcConfig fields) over the tiny vocab."""
+    config = dict(
+        vocab_size=vocab_size(), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        local_radius=4, relative_pos_max_distance=3, relative_vocab_size=10)
+    config.update(overrides)
+    return config
+
+
 def write_config(path, **overrides):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(tiny_config_dict(**overrides), f, indent=2)

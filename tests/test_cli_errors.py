@@ -44,6 +44,12 @@ def files(tmp_path_factory):
     with open(truncated, "r+b") as f:
         f.truncate(os.path.getsize(truncated) * 2 // 3 + 5)  # not on a record boundary
     paths["truncated"] = truncated
+    with open(d / "etc_config.json", "w") as f:
+        json.dump(h.tiny_etc_config_dict(), f)
+    paths["etc_config"] = str(d / "etc_config.json")
+    with open(d / "etc_unknown_field.json", "w") as f:
+        json.dump(h.tiny_etc_config_dict(local_radious=4), f)
+    paths["etc_unknown_field"] = str(d / "etc_unknown_field.json")
     return paths
 
 
@@ -89,6 +95,19 @@ CASES = [
      ["--max_seq_length=65", "max_position_embeddings=64", "@config"]),
     ("records-truncated-mid-file", _pretraining, dict(input_file="@truncated"),
      ["@truncated", "corrupt or truncated", "record 4"]),
+    # The ETC jobs run through the same runner: the same checks, the same one line.
+    ("etc-records-truncated-mid-file", _pretraining,
+     dict(input_file="@truncated", model_type="etc", bert_config_file="@etc_config"),
+     ["@truncated", "corrupt or truncated", "record 4"]),
+    ("etc-config-unknown-field", _classifier, dict(model_type="etc", bert_config_file="@etc_unknown_field"),
+     ["@etc_unknown_field", "local_radious"]),
+    ("etc-tokens-per-global", _classifier,
+     dict(model_type="etc", bert_config_file="@etc_config", etc_tokens_per_global=0),
+     ["--etc_tokens_per_global=0"]),
+    ("etc-case-mismatch", _classifier,
+     dict(model_type="etc", bert_config_file="@etc_config", do_lower_case=True,
+          init_checkpoint="@dir/cased_L-12_H-768_A-12/bert_model.ckpt"),
+     ["do_lower_case"]),
     ("text-not-utf8", _create_data, dict(input_file="@latin1"),
      ["@latin1", "not UTF-8", "line 1"]),
     ("vocab-without-cls", _create_data, dict(vocab_file="@vocab_no_cls"),

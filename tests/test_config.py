@@ -197,3 +197,48 @@ def test_model_accepts_config_dict():
     assert model.config.residual_attention is True
     with pytest.raises(ConfigError, match="bogus"):
         modeling.BertModel(dict(vocab_size=11, bogus=1))
+
+
+# The six extra keys of the multilingual / Chinese Google BERT releases' configs, with
+# their released values (multi_cased_L-12_H-768_A-12/bert_config.json).
+RELEASE_EXTRAS = {
+    "directionality": "bidi",
+    "pooler_fc_size": 768,
+    "pooler_num_attention_heads": 12,
+    "pooler_num_fc_layers": 3,
+    "pooler_size_per_head": 128,
+    "pooler_type": "first_token_transform",
+}
+
+
+@pytest.mark.parametrize("field", sorted(RELEASE_EXTRAS))
+def test_each_released_extra_field_loads_and_is_ignored(field, tmp_path, caplog):
+    values = dict(OFFICIAL, residual_attention=False, **{field: RELEASE_EXTRAS[field]})
+    with caplog.at_level("WARNING"):
+        config = BertConfig.from_json_file(write_json(tmp_path, values))
+    assert config == BertConfig.from_dict(dict(OFFICIAL, residual_attention=False))
+    lines = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+    assert len(lines) == 1 and field in lines[0] and "bert_config.json" in lines[0]
+
+
+def test_multilingual_release_config_loads_with_one_line(tmp_path, caplog):
+    values = dict(OFFICIAL, vocab_size=119547, hidden_size=768, num_attention_heads=12,
+                  num_hidden_layers=12, intermediate_size=3072, **RELEASE_EXTRAS)
+    with caplog.at_level("WARNING"):
+        config = BertConfig.from_json_file(write_json(tmp_path, values))
+    assert config.vocab_size == 119547 and config.type_vocab_size == 2
+    lines = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+    assert len(lines) == 1
+    assert all(field in lines[0] for field in RELEASE_EXTRAS)
+    assert not any(field in config.to_json_string() for field in RELEASE_EXTRAS)
+
+
+def test_typo_of_a_known_field_names_the_field_file_and_suggestion(tmp_path):
+    path = write_json(tmp_path, dict(OFFICIAL, num_hiden_layers=3, pooler_typ="x"))
+    with pytest.raises(ConfigError) as err:
+        BertConfig.from_json_file(path)
+    message = str(err.value)
+    assert "num_hiden_layers (did you mean num_hidden_layers?)" in message
+    assert path in message
+    # A typo of an ignored release key is not silently ignored either.
+    assert "pooler_typ" in message

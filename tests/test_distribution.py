@@ -141,7 +141,8 @@ def _free_ports(n):
 
 
 @pytest.mark.slow
-def test_multi_worker_mirrored_two_local_workers(tmp_path):
+@pytest.mark.parametrize("model_type", ["bert", "etc"])
+def test_multi_worker_mirrored_two_local_workers(tmp_path, model_type):
     """Two worker processes on this host train together through run_pretraining.py and
     end with identical weights. They share --output_dir, as on a gs:// bucket: the chief
     (worker 0) writes there, worker 1 into its scratch folder tmp_worker_1/ inside it."""
@@ -149,7 +150,13 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
 
     max_seq, max_pred, steps = 16, 4, 3
     records = h.write_pretraining_records(tmp_path / "records.tfrecord", 40, max_seq, max_pred)
-    config = h.write_config(tmp_path / "bert_config.json")
+    if model_type == "etc":
+        config = str(tmp_path / "etc_config.json")
+        with open(config, "w") as f:
+            json.dump(h.tiny_etc_config_dict(), f)
+    else:
+        config = h.write_config(tmp_path / "bert_config.json")
+    checkpoint = {"bert": "bert_model.ckpt", "etc": "etc_model.ckpt"}[model_type]
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs, logs = [], []
@@ -160,7 +167,7 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
             bert_config_file=config, train_batch_size=8, eval_batch_size=8, max_seq_length=max_seq,
             max_predictions_per_seq=max_pred, num_train_steps=steps, num_warmup_steps=1,
             learning_rate=1e-3, save_checkpoints_steps=steps, iterations_per_loop=1,
-            max_eval_steps=2, distribution_strategy="multi_worker_mirrored",
+            max_eval_steps=2, distribution_strategy="multi_worker_mirrored", model_type=model_type,
         )
         env = h.script_env(TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
         log = open(tmp_path / f"worker{index}.log", "w+")
@@ -186,7 +193,7 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path):
         assert "CollectiveAllReduceStrategy with 2 replica(s)" in text, text
 
     dirs = [tmp_path / "shared_output", tmp_path / "shared_output" / "tmp_worker_1"]
-    readers = [tf.train.load_checkpoint(str(d / "bert_model.ckpt")) for d in dirs]
+    readers = [tf.train.load_checkpoint(str(d / checkpoint)) for d in dirs]
     names = sorted(readers[0].get_variable_to_shape_map())
     assert names == sorted(readers[1].get_variable_to_shape_map())
     diff = max(float(np.max(np.abs(readers[0].get_tensor(n) - readers[1].get_tensor(n)))) for n in names)

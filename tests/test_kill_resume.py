@@ -98,15 +98,15 @@ def _max_weight_difference(prefix_a, prefix_b):
     return max(float(np.max(np.abs(a.get_tensor(n) - b.get_tensor(n)))) for n in names)
 
 
-def _compare_with_uninterrupted(what, script, args, tmp_path, total_steps, seed):
+def _compare_with_uninterrupted(what, script, args, tmp_path, total_steps, seed, kills=KILLS,
+                                checkpoint="bert_model.ckpt"):
     """Runs `script` uninterrupted and, in another output_dir, killed KILLS times;
     checks the kills' losses and the final weights. Returns the two output dirs."""
     reference, killed = str(tmp_path / "reference"), str(tmp_path / "killed")
     (tmp_path / "logs").mkdir()
     _run_to_completion(script, args(reference), tmp_path / "reference.log")
-    outcomes = _kill_and_resume(script, args(killed), tmp_path / "logs", total_steps, KILLS, seed)
-    difference = _max_weight_difference(os.path.join(reference, "bert_model.ckpt"),
-                                        os.path.join(killed, "bert_model.ckpt"))
+    outcomes = _kill_and_resume(script, args(killed), tmp_path / "logs", total_steps, kills, seed)
+    difference = _max_weight_difference(os.path.join(reference, checkpoint), os.path.join(killed, checkpoint))
     lost = [max(0, seen - resumed) for seen, resumed in outcomes]
     print(f"\n{what}: {len(outcomes)} kill(s); (last step printed, resumed at): {outcomes}; "
           f"steps lost per kill: {lost}; max |weight difference| vs uninterrupted: {difference:.3g}")
@@ -151,3 +151,24 @@ def test_fine_tuning_killed_at_random_points(tmp_path):
                                                     tmp_path, steps, seed=2)
     with open(os.path.join(reference, "eval_results.txt")) as a, open(os.path.join(killed, "eval_results.txt")) as b:
         assert a.read() == b.read()
+
+
+@pytest.mark.slow
+def test_etc_pretraining_killed_at_random_points(tmp_path):
+    """The same guarantee for an ETC model (same runner, same Trainer)."""
+    import json
+
+    seq, pred, steps = 32, 5, 24
+    records = h.write_pretraining_records(tmp_path / "train.tfrecord", 48, seq, pred)
+    config = tmp_path / "etc_config.json"
+    config.write_text(json.dumps(h.tiny_etc_config_dict()))
+
+    def args(output_dir):
+        return h.flags(input_file=records, output_dir=output_dir, do_train=True, do_eval=False,
+                       bert_config_file=config, model_type="etc", etc_tokens_per_global=8,
+                       train_batch_size=8, max_seq_length=seq, max_predictions_per_seq=pred,
+                       num_train_steps=steps, num_warmup_steps=4, learning_rate=1e-3,
+                       save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1, keep_checkpoint_max=2, seed=7)
+
+    _compare_with_uninterrupted("ETC pretraining", "run_pretraining.py", args, tmp_path, steps, seed=3,
+                                kills=max(2, KILLS - 1), checkpoint="etc_model.ckpt")

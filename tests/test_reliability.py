@@ -10,7 +10,9 @@ import pytest
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import cli, distribution, modeling, optimization
+from realformer_tf import distribution, modeling, optimization, runner
+from realformer_tf.errors import UsageError
+from realformer_tf.families import get_family
 from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.data import integrity
 from realformer_tf.data import records as records_lib
@@ -214,24 +216,24 @@ def test_half_precision_training_of_every_variant_stays_finite(tmp_path, variant
 
 def test_batch_not_divisible_by_replicas_is_refused():
     fake = types.SimpleNamespace(num_replicas_in_sync=8)
-    with pytest.raises(cli.UsageError, match=r"--train_batch_size=12 is not divisible by the 8 replicas"):
-        cli.per_replica(fake, 12, "train_batch_size")
+    with pytest.raises(UsageError, match=r"--train_batch_size=12 is not divisible by the 8 replicas"):
+        runner.per_replica(fake, 12, "train_batch_size")
     assert distribution.per_replica_batch_size(16, fake, "train_batch_size") == 2
 
 
 def test_output_dir_of_another_model_is_refused(tmp_path):
     config = h.tiny_config()
-    cli.claim_output_dir(str(tmp_path), config, {"task": "pretraining"})
-    cli.claim_output_dir(str(tmp_path), config, {"task": "pretraining"})  # the same run: fine
+    runner.claim_output_dir(str(tmp_path), config, {"task": "pretraining"})
+    runner.claim_output_dir(str(tmp_path), config, {"task": "pretraining"})  # the same run: fine
     other = h.tiny_config(num_hidden_layers=3, layer_norm_type="normformer")
-    with pytest.raises(cli.UsageError, match=r"holds checkpoints of another model .*layer_norm_type, num_hidden_layers"):
-        cli.claim_output_dir(str(tmp_path), other, {"task": "pretraining"})
+    with pytest.raises(UsageError, match=r"holds checkpoints of another model .*layer_norm_type, num_hidden_layers"):
+        runner.claim_output_dir(str(tmp_path), other, {"task": "pretraining"})
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-5"\n')
     (foreign / "model.ckpt-5.index").write_bytes(b"")
-    with pytest.raises(cli.UsageError, match="not written by this tool"):
-        cli.claim_output_dir(str(foreign), config, {"task": "pretraining"})
+    with pytest.raises(UsageError, match="not written by this tool"):
+        runner.claim_output_dir(str(foreign), config, {"task": "pretraining"})
 
 
 def test_non_utf8_text_is_named_by_line_even_across_read_chunks(tmp_path, monkeypatch):

@@ -67,11 +67,11 @@ def write_json(path, obj):
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
+def write_files(d):
+    """The vocab (every word of the texts; two words only as WordPieces), a tiny BERT
+    config and the v1.1 / v2.0 JSON files under the folder `d`."""
     from official.nlp.tools import tokenization
 
-    d = tmp_path_factory.mktemp("squad")
     basic = tokenization.BasicTokenizer(do_lower_case=True)
     words = set()
     for text in CONTEXTS + [q for _, _, q, _ in ANSWERABLE + IMPOSSIBLE]:
@@ -89,10 +89,16 @@ def files(tmp_path_factory):
     return {
         "dir": d,
         "vocab": str(d / "vocab.txt"),
+        "vocab_size": len(vocab),
         "config": write_json(d / "bert_config.json", config),
         "v1": write_json(d / "squad-v1.1.json", squad_json(False)),
         "v2": write_json(d / "squad-v2.0.json", squad_json(True)),
     }
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_files(tmp_path_factory.mktemp("squad"))
 
 
 def run_script(args, **kwargs):

@@ -18,13 +18,13 @@ Masks follow ETC's "example ids" rule: two tokens may attend to each other when 
 belong to the same (packed) example; by default the example id is the input mask, so real
 tokens see real tokens and padding sees padding (padded rows are never all-masked, and
 their outputs are ignored). The relative id 2M+3 is reserved for padding
-(`realformer_tf.layers.etc_attention`), so `relative_vocab_size >= 2M + 4`.
+(`realformer_tf.layers.etc.relative`), so `relative_vocab_size >= 2M + 4`.
 """
 
 import numpy as np
 import tensorflow as tf
 
-from realformer_tf.layers.etc_attention import (
+from realformer_tf.layers.etc.relative import (
     l2g_other_id,
     l2g_same_sentence_id,
     relative_position_ids,
@@ -135,19 +135,27 @@ def make_side_inputs(
         "l2g_att_mask": l2g,
         "g2l_att_mask": g2l,
     }
-    M = int(relative_pos_max_distance)
-    if M > 0:
-        if include_l2l_relative_ids:
-            local_row = tf.constant(local_relative_ids_table(local_radius, M))
-            out["l2l_relative_att_ids"] = tf.broadcast_to(
-                local_row[None, None, :], [batch, long_len, 2 * local_radius + 1])
-        offsets = g[None, :] - g[:, None]
-        out["g2g_relative_att_ids"] = tf.broadcast_to(
-            (tf.clip_by_value(offsets, -M, M) + M)[None], [batch, global_len, global_len])
-        l2g_ids = l2g_other_id(M) + same_sentence  # other: 2M+1, same: 2M+2
-        assert l2g_same_sentence_id(M) == l2g_other_id(M) + 1
-        out["l2g_relative_att_ids"] = l2g_ids
-        out["g2l_relative_att_ids"] = tf.transpose(l2g_ids, [0, 2, 1])
+    out.update(_relative_ids(same_sentence, global_len, local_radius, int(relative_pos_max_distance),
+                             include_l2l_relative_ids, batch, long_len))
+    return out
+
+
+def _relative_ids(same_sentence, global_len, local_radius, M, include_l2l, batch, long_len):
+    """The relative-position id inputs (none when M = 0)."""
+    if M <= 0:
+        return {}
+    out = {}
+    if include_l2l:
+        local_row = tf.constant(local_relative_ids_table(local_radius, M))
+        out["l2l_relative_att_ids"] = tf.broadcast_to(local_row[None, None, :], [batch, long_len, 2 * local_radius + 1])
+    g = tf.range(global_len, dtype=tf.int32)
+    offsets = g[None, :] - g[:, None]
+    out["g2g_relative_att_ids"] = tf.broadcast_to((tf.clip_by_value(offsets, -M, M) + M)[None],
+                                                  [batch, global_len, global_len])
+    l2g_ids = l2g_other_id(M) + same_sentence  # other: 2M+1, same: 2M+2
+    assert l2g_same_sentence_id(M) == l2g_other_id(M) + 1
+    out["l2g_relative_att_ids"] = l2g_ids
+    out["g2l_relative_att_ids"] = tf.transpose(l2g_ids, [0, 2, 1])
     return out
 
 

@@ -2,8 +2,10 @@
 
 import tensorflow as tf
 
+from realformer_tf.errors import UserError
 
-class InputError(ValueError):
+
+class InputError(UserError):
     """Input files that cannot be read as the job expects."""
 
 

@@ -4,7 +4,12 @@ from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import ResidualMultiHeadAttention
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
-from realformer_tf.layers.etc_attention import GlobalLocalAttention, GlobalLocalBlock, GlobalLocalEncoder
+from realformer_tf.layers.etc import (
+    EtcFeedForward,
+    GlobalLocalAttention,
+    GlobalLocalBlock,
+    GlobalLocalEncoder,
+)
 from realformer_tf.layers.transformer import (
     LAYER_NORM_TYPES,
     TransformerDecoderBlock,
@@ -19,6 +24,7 @@ __all__ = [
     "TransformerEncoder",
     "TransformerEncoderBlock",
     "get_activation",
+    "EtcFeedForward",
     "GlobalLocalAttention",
     "GlobalLocalBlock",
     "GlobalLocalEncoder",

@@ -1,6 +1,9 @@
-"""Sentence(-pair) classification and regression: GLUE and XNLI (run_classifier.py)."""
+"""Sentence(-pair) classification and regression: GLUE and XNLI (run_classifier.py),
+for every model family."""
 
+import dataclasses
 import os
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -8,10 +11,11 @@ from official.nlp.tools import tokenization
 from scipy import stats
 from sklearn import metrics as skm
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import cli, modeling
+from realformer_tf import export, runner
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
+from realformer_tf.errors import UsageError, require
+from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output, commit, temporary_name
 from realformer_tf.training import Task, report_results
 
@@ -23,20 +27,20 @@ class ClassifierTask(Task):
     metric_names = ("loss", "accuracy")
     loss_terms = ("loss",)
 
-    def __init__(self, config, num_labels, is_regression, init_checkpoint=None):
+    def __init__(self, config, num_labels, is_regression, init_checkpoint=None, family=None):
+        self.family = family or get_family("bert")
         self.config = config
         self.num_labels = num_labels
         self.is_regression = is_regression
         self.init_checkpoint = init_checkpoint
 
     def build_model(self):
-        return modeling.BertClassifierModel(self.config, num_labels=self.num_labels)
+        return self.family.build_model(self.config, "classifier", num_labels=self.num_labels)
 
     def initialize(self, model):
         if not self.init_checkpoint:
             return "Training from scratch: no --init_checkpoint (expect poor results)"
-        path = model.bert.load_bert_checkpoint(self.init_checkpoint)
-        return f"Initialized the encoder from {path}; classifier head fresh"
+        return self.family.initialize(model, "classifier", self.init_checkpoint, self.num_labels)[0]
 
     def per_example_loss(self, labels, logits):
         if self.is_regression:
@@ -97,81 +101,112 @@ def write_test_results(path, task, logits):
             f.write("\t".join(str(float(p)) for p in row) + "\n")
 
 
-def _featurize(f, task_name, task, split, tokenizer, output_dir):
-    examples = glue.read_examples(task_name, f.data_dir, split)
-    path = os.path.join(output_dir, f"{split}.tf_record")
-    temporary = temporary_name(path)
-    glue.write_features(examples, task, f.max_seq_length, tokenizer, temporary)
-    commit(temporary, path)
-    return path, len(examples)
-
-
-def run_classifier(f):
-    """The whole run_classifier.py job from its flags."""
-    cli.require(f.do_train or f.do_eval or f.do_predict,
-                "at least one of --do_train, --do_eval or --do_predict must be True")
-    config = cli.load_config(f.max_seq_length)
-    task_name, task = glue.get_task(f.task_name)
-    strategy, float16 = cli.setup_strategy()
-    out_dir = cli.worker_output_dir(f.output_dir, strategy)  # f.output_dir on the chief
-    cli.announce(config, strategy)
-    print(f"task: {task_name} ({'regression' if task.is_regression else f'{len(task.labels)} labels'})", flush=True)
-    for flag in ("train_batch_size", "eval_batch_size", "predict_batch_size"):
-        cli.per_replica(strategy, getattr(f, flag), flag)
-    check_vocab(f.vocab_file)
-    if f.init_checkpoint:
-        ckpt.resolve_checkpoint(f.init_checkpoint)
+def check_case(do_lower_case, init_checkpoint):
+    """Model Garden's check that --do_lower_case fits a Google checkpoint's name."""
     try:
-        tokenization.validate_case_matches_checkpoint(f.do_lower_case, f.init_checkpoint)
+        tokenization.validate_case_matches_checkpoint(do_lower_case, init_checkpoint)
     except ValueError as e:
-        raise cli.UsageError(str(e)) from None
-    tokenizer = tokenization.FullTokenizer(vocab_file=f.vocab_file, do_lower_case=f.do_lower_case)
-    cli.claim_output_dir(f.output_dir, config, {"task": task_name, "max_seq_length": f.max_seq_length})
-    spec = glue.feature_spec(f.max_seq_length, task.is_regression)
-
-    # Read and check every input before any training starts.
-    splits = [s for s, on in (("train", f.do_train), ("dev", f.do_eval), ("test", f.do_predict)) if on]
-    data = {s: _featurize(f, task_name, task, s, tokenizer, out_dir) for s in splits}
-
-    num_train_steps = 0
-    if f.do_train:
-        num_train_steps = max(1, int(data["train"][1] / f.train_batch_size * f.num_train_epochs))
-    num_labels = 1 if task.is_regression else len(task.labels)
-    trainer, _ = cli.start_trainer(
-        ClassifierTask(config, num_labels, task.is_regression, f.init_checkpoint), strategy, f,
-        num_train_steps, int(num_train_steps * f.warmup_proportion), float16, train=f.do_train)
-
-    if f.do_train:
-        print(f"Training on {data['train'][1]} examples for {f.num_train_epochs} epochs = "
-              f"{num_train_steps} steps of {f.train_batch_size}", flush=True)
-        trainer.train(
-            records.make_dataset_fn([data["train"][0]], spec, f.train_batch_size, True, seed=f.seed),
-            num_train_steps,
-            summary_dir=os.path.join(out_dir, "summaries", "train"),
-        )
-        prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
-        print(f"Original-named checkpoint: {prefix}", flush=True)
-
-    if f.do_eval:
-        out = _predict(trainer, data["dev"][0], spec, f.eval_batch_size)
-        results = evaluation_metrics(task, out["logits"], out["label_ids"])
-        results["global_step"] = int(trainer.global_step.numpy())
-        report_results(out_dir, results, f"Eval results ({data['dev'][1]} examples)")
-
-    if f.do_predict:
-        out = _predict(trainer, data["test"][0], spec, f.predict_batch_size)
-        path = os.path.join(out_dir, "test_results.tsv")
-        write_test_results(path, task, out["logits"])
-        print(f"Wrote {len(out['logits'])} rows of predictions to {path}", flush=True)
-    return trainer
+        raise UsageError(str(e)) from None
 
 
-def _predict(trainer, path, spec, batch_size):
-    """Model outputs for every real example of a TFRecord file, in file order."""
-    out = trainer.predict(
-        records.make_dataset_fn([path], spec, batch_size, False, pad_to_full_batches=True),
-        ["logits"], ["label_ids", "is_real_example"],
-    )
-    real = out["is_real_example"].astype(bool)
-    return {k: v[real] for k, v in out.items()}
+@dataclasses.dataclass
+class ClassifierOptions(runner.RunOptions):
+    """run_classifier.py's own flags (original names and defaults)."""
 
+    task_name: Optional[str] = None
+    data_dir: Optional[str] = None
+    vocab_file: Optional[str] = None
+    do_lower_case: bool = True
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+
+
+class ClassifierJob(runner.Job):
+    name = "classifier"
+    kind = "classifier"
+    options_class = ClassifierOptions
+
+    def check_options(self, options):
+        require(options.do_train or options.do_eval or options.do_predict,
+                "at least one of --do_train, --do_eval or --do_predict must be True")
+        require(options.data_dir, "--data_dir is required (the task's .tsv files)")
+        self.task_name, self.task = glue.get_task(options.task_name)
+
+    def describe(self, options):
+        task = self.task
+        return f"task: {self.task_name} ({'regression' if task.is_regression else f'{len(task.labels)} labels'})"
+
+    def batch_size_names(self, options):
+        return ("train_batch_size", "eval_batch_size", "predict_batch_size")
+
+    def check_inputs(self, options, family, config):
+        check_vocab(options.vocab_file)
+        check_case(options.do_lower_case, options.init_checkpoint)
+        self.tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                                    do_lower_case=options.do_lower_case)
+
+    def run_identity(self, options):
+        return dict(super().run_identity(options), task=self.task_name)
+
+    def prepare(self, options, family, config, out_dir):
+        """Featurizes every split the run uses (all inputs read before training)."""
+        on = {"train": options.do_train, "dev": options.do_eval, "test": options.do_predict}
+        self.spec = glue.feature_spec(options.max_seq_length, self.task.is_regression)
+        self.data = {split: self._featurize(options, split, out_dir) for split in on if on[split]}
+        if not options.do_train:
+            return 0, 0
+        count = self.data["train"][1]
+        steps = max(1, int(count / options.train_batch_size * options.num_train_epochs))
+        self.log(f"Training on {count} examples for {options.num_train_epochs} epochs = "
+                   f"{steps} steps of {options.train_batch_size}")
+        return steps, int(steps * options.warmup_proportion)
+
+    def _featurize(self, options, split, out_dir):
+        examples = glue.read_examples(self.task_name, options.data_dir, split)
+        path = os.path.join(out_dir, f"{split}.tf_record")
+        temporary = temporary_name(path)
+        glue.write_features(examples, self.task, options.max_seq_length, self.tokenizer, temporary)
+        commit(temporary, path)
+        return path, len(examples)
+
+    def make_task(self, family, config, options):
+        num_labels = 1 if self.task.is_regression else len(self.task.labels)
+        return ClassifierTask(config, num_labels, self.task.is_regression, options.init_checkpoint, family)
+
+    def train_dataset_fn(self, options):
+        return records.make_dataset_fn([self.data["train"][0]], self.spec, options.train_batch_size, True,
+                                       seed=options.seed)
+
+    def evaluate(self, trainer, options, family, config, out_dir):
+        if options.do_eval:
+            out = self._predict(trainer, family, config, options, "dev", options.eval_batch_size)
+            results = evaluation_metrics(self.task, out["logits"], out["label_ids"])
+            results["global_step"] = int(trainer.global_step.numpy())
+            report_results(out_dir, results, f"Eval results ({self.data['dev'][1]} examples)")
+        if options.do_predict:
+            out = self._predict(trainer, family, config, options, "test", options.predict_batch_size)
+            path = os.path.join(out_dir, "test_results.tsv")
+            write_test_results(path, self.task, out["logits"])
+            self.log(f"Wrote {len(out['logits'])} rows of predictions to {path}")
+
+    def _predict(self, trainer, family, config, options, split, batch_size):
+        """Model outputs for every real example of a split, in file order."""
+        dataset_fn = records.make_dataset_fn([self.data[split][0]], self.spec, batch_size, False,
+                                             pad_to_full_batches=True)
+        out = trainer.predict(family.adapt_dataset_fn(dataset_fn, config, options),
+                              ["logits"], ["label_ids", "is_real_example"])
+        real = out["is_real_example"].astype(bool)
+        return {k: v[real] for k, v in out.items()}
+
+    def export(self, options, family, config, out_dir):
+        task = self.task
+        return export.export_from_checkpoint(
+            options.export_dir, family=family, config=config, init_checkpoint=family.trained_checkpoint(out_dir),
+            task="classifier", vocab_file=options.vocab_file, do_lower_case=options.do_lower_case,
+            max_seq_length=options.max_seq_length, label_names=None if task.is_regression else list(task.labels),
+            is_regression=task.is_regression, input_options=options)
+
+
+def run_classifier(options, log=runner.say):
+    """The whole run_classifier.py job (a ClassifierOptions); returns the Trainer."""
+    return runner.run_job(ClassifierJob(), options, log)

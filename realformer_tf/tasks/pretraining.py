@@ -1,14 +1,17 @@
-"""Masked-LM + next-sentence pretraining (the original run_pretraining.py objective)."""
+"""Masked-LM + next-sentence pretraining (the original run_pretraining.py objective),
+for every model family."""
 
+import dataclasses
 import os
+from typing import Optional
 
 import tensorflow as tf
-from absl import logging
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import cli, modeling
-from realformer_tf.data import pretraining as data
+from realformer_tf import runner
 from realformer_tf.data import integrity
+from realformer_tf.data import pretraining as data
+from realformer_tf.errors import require
+from realformer_tf.families import get_family
 from realformer_tf.training import Task, report_results
 
 
@@ -24,22 +27,18 @@ class PretrainingTask(Task):
     )
     loss_terms = ("masked_lm_loss", "next_sentence_loss")
 
-    def __init__(self, config, init_checkpoint=None):
+    def __init__(self, config, init_checkpoint=None, family=None):
+        self.family = family or get_family("bert")
         self.config = config
         self.init_checkpoint = init_checkpoint
 
     def build_model(self):
-        return modeling.BertPretrainingModel(self.config)
+        return self.family.build_model(self.config, "pretraining")
 
     def initialize(self, model):
         if not self.init_checkpoint:
             return None
-        names = ckpt.list_checkpoint(ckpt.resolve_checkpoint(self.init_checkpoint))
-        has_heads = any(n.startswith("cls/") for n in names)
-        path = model.load_bert_checkpoint(self.init_checkpoint, skip_heads=not has_heads)
-        message = f"Initialized from {path}" + ("" if has_heads else " (encoder only; heads fresh)")
-        logging.info(message)
-        return message
+        return self.family.initialize(model, "pretraining", self.init_checkpoint)[0]
 
     def metric_sums(self, features, outputs):
         weights = tf.cast(features["masked_lm_weights"], tf.float32)
@@ -62,44 +61,62 @@ class PretrainingTask(Task):
         }
 
 
-def run_pretraining(flags_):
-    """The whole run_pretraining.py job from its flags."""
-    f = flags_
-    cli.require(f.do_train or f.do_eval, "at least one of --do_train or --do_eval must be True")
-    config = cli.load_config(f.max_seq_length)
-    strategy, float16 = cli.setup_strategy()
-    out_dir = cli.worker_output_dir(f.output_dir, strategy)  # f.output_dir on the chief
-    cli.announce(config, strategy)
-    cli.per_replica(strategy, f.train_batch_size, "train_batch_size")
-    cli.per_replica(strategy, f.eval_batch_size, "eval_batch_size")
-    files = data.check_files(f.input_file, f.max_seq_length, f.max_predictions_per_seq)
-    if f.init_checkpoint:
-        ckpt.resolve_checkpoint(f.init_checkpoint)  # fail now, not after set-up
-    cli.claim_output_dir(f.output_dir, config, {
-        "task": "pretraining", "max_seq_length": f.max_seq_length,
-        "max_predictions_per_seq": f.max_predictions_per_seq,
-    })
+@dataclasses.dataclass
+class PretrainingOptions(runner.RunOptions):
+    """run_pretraining.py's own flags (original names and defaults)."""
 
-    trainer, _ = cli.start_trainer(PretrainingTask(config, f.init_checkpoint), strategy, f,
-                                   f.num_train_steps, f.num_warmup_steps, float16, train=f.do_train)
+    input_file: Optional[str] = None
+    max_predictions_per_seq: int = 20
+    num_train_steps: int = 100000
+    num_warmup_steps: int = 10000
+    max_eval_steps: int = 100
 
-    with integrity.unreadable_records_named(files):  # a corrupt record met later: named
-        if f.do_train:
-            print(f"Training on {len(files)} file(s) to step {f.num_train_steps}", flush=True)
-            trainer.train(
-                data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
-                                     f.train_batch_size, is_training=True, seed=f.seed),
-                f.num_train_steps,
-                summary_dir=os.path.join(out_dir, "summaries", "train"),
-            )
-            prefix = cli.export_final_checkpoint(trainer.model, out_dir, config)
-            print(f"Original-named checkpoint for fine-tuning: {prefix}", flush=True)
 
-        if f.do_eval:
-            results = trainer.evaluate(
-                data.make_dataset_fn(files, f.max_seq_length, f.max_predictions_per_seq,
-                                     f.eval_batch_size, is_training=False, max_steps=f.max_eval_steps),
-                -1,
-                summary_dir=os.path.join(out_dir, "summaries", "eval"),
-            )
-            report_results(out_dir, results)
+class PretrainingJob(runner.Job):
+    name = "pretraining"
+    kind = "pretraining"
+    options_class = PretrainingOptions
+
+    def check_options(self, options):
+        require(options.do_train or options.do_eval, "at least one of --do_train or --do_eval must be True")
+        require(options.input_file, "--input_file is required (pretraining TFRecords)")
+
+    def batch_size_names(self, options):
+        return [n for n, on in (("train_batch_size", options.do_train), ("eval_batch_size", options.do_eval)) if on]
+
+    def check_inputs(self, options, family, config):
+        self.files = data.check_files(options.input_file, options.max_seq_length, options.max_predictions_per_seq)
+
+    def run_identity(self, options):
+        return dict(super().run_identity(options), max_predictions_per_seq=options.max_predictions_per_seq)
+
+    def prepare(self, options, family, config, out_dir):
+        if options.do_train:
+            self.log(f"Training on {len(self.files)} file(s) to step {options.num_train_steps}")
+        return options.num_train_steps, options.num_warmup_steps
+
+    def make_task(self, family, config, options):
+        return PretrainingTask(config, options.init_checkpoint, family)
+
+    def _dataset_fn(self, options, batch_size, is_training, max_steps=None):
+        return data.make_dataset_fn(self.files, options.max_seq_length, options.max_predictions_per_seq,
+                                    batch_size, is_training=is_training, seed=options.seed, max_steps=max_steps)
+
+    def train_dataset_fn(self, options):
+        return self._dataset_fn(options, options.train_batch_size, True)
+
+    def reading_inputs(self):
+        return integrity.unreadable_records_named(self.files)  # a corrupt record met later: named
+
+    def evaluate(self, trainer, options, family, config, out_dir):
+        if not options.do_eval:
+            return
+        dataset_fn = self._dataset_fn(options, options.eval_batch_size, False, options.max_eval_steps)
+        results = trainer.evaluate(family.adapt_dataset_fn(dataset_fn, config, options), -1,
+                                   summary_dir=os.path.join(out_dir, "summaries", "eval"))
+        report_results(out_dir, results)
+
+
+def run_pretraining(options, log=runner.say):
+    """The whole run_pretraining.py job (a PretrainingOptions); returns the Trainer."""
+    return runner.run_job(PretrainingJob(), options, log)

@@ -1,0 +1,92 @@
+"""Turns a SQuAD JSON file into long multi-paragraph documents: every `--paragraphs`
+consecutive paragraphs of an article become one context (joined by a blank line), each
+question re-anchored in it. For long-document question answering with ETC
+(`run_squad.py --model_type=etc`), where one window holds the whole context.
+
+  python experiments/make_long_squad.py --input_file=dev-v2.0.json --paragraphs=8 \
+    --train_file=/tmp/long/train.json --predict_file=/tmp/long/dev.json --held_out_every=3
+
+Documents go alternately to the training and the held-out file (every
+`--held_out_every`-th document is held out), so no context is in both; training
+questions keep their first answer only, as training files have one.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from realformer_tf import cli  # noqa: E402
+from realformer_tf.data.records import InputError  # noqa: E402
+
+flags.DEFINE_string("input_file", None, "SQuAD v1.1 / v2.0 JSON.")
+flags.DEFINE_integer("paragraphs", 8, "Paragraphs per long document.")
+flags.DEFINE_integer("held_out_every", 3, "Every n-th document goes to --predict_file.")
+flags.DEFINE_string("train_file", None, "Output: training documents (SQuAD JSON).")
+flags.DEFINE_string("predict_file", None, "Output: held-out documents (SQuAD JSON).")
+FLAGS = flags.FLAGS
+
+SEPARATOR = "\n\n"
+
+
+def join_paragraphs(paragraphs):
+    """One paragraph dict whose context is the paragraphs joined; answer offsets moved."""
+    context, qas = "", []
+    for paragraph in paragraphs:
+        offset = len(context) + (len(SEPARATOR) if context else 0)
+        context = (context + SEPARATOR if context else "") + paragraph["context"]
+        for qa in paragraph["qas"]:
+            qa = json.loads(json.dumps(qa))
+            for key in ("answers", "plausible_answers"):
+                for answer in qa.get(key, []):
+                    answer["answer_start"] += offset
+                    assert context[answer["answer_start"]:].startswith(answer["text"])
+            qas.append(qa)
+    return {"context": context, "qas": qas}
+
+
+def first_answers_only(paragraph):
+    """Training files have one answer per question (dev files list several)."""
+    for qa in paragraph["qas"]:
+        for key in ("answers", "plausible_answers"):
+            if qa.get(key):
+                qa[key] = qa[key][:1]
+
+
+def long_documents(data, per_document):
+    for article in data["data"]:
+        paragraphs = article["paragraphs"]
+        for start in range(0, len(paragraphs), per_document):
+            yield article["title"], join_paragraphs(paragraphs[start:start + per_document])
+
+
+def main(argv):
+    del argv
+    for name in ("input_file", "train_file", "predict_file"):
+        cli.require(getattr(FLAGS, name), f"--{name} is required")
+    cli.require(FLAGS.paragraphs > 0 and FLAGS.held_out_every > 1, "--paragraphs > 0 and --held_out_every > 1")
+    try:
+        with open(FLAGS.input_file, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"--input_file {FLAGS.input_file}: {e}") from None
+    splits = {"train": [], "held_out": []}
+    for i, (title, document) in enumerate(long_documents(data, FLAGS.paragraphs)):
+        split = "held_out" if (i + 1) % FLAGS.held_out_every == 0 else "train"
+        splits[split].append({"title": f"{title} ({i})", "paragraphs": [document]})
+    for document in splits["train"]:
+        first_answers_only(document["paragraphs"][0])
+    for split, path in (("train", FLAGS.train_file), ("held_out", FLAGS.predict_file)):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"version": data.get("version", "v2.0"), "data": splits[split]}, f, ensure_ascii=False)
+        docs = splits[split]
+        print(f"{path}: {len(docs)} documents, {sum(len(d['paragraphs'][0]['qas']) for d in docs)} questions, "
+              f"{max(len(d['paragraphs'][0]['context']) for d in docs)} characters in the longest context")
+
+
+if __name__ == "__main__":
+    app.run(cli.run(main))

@@ -1,0 +1,136 @@
+"""The `ModelFamily` interface and what every family shares (initialization from a
+checkpoint, the final original-named checkpoint)."""
+
+import os
+
+from realformer_tf import checkpoint as ckpt
+from realformer_tf.errors import UsageError
+
+# What a job asks a family to build.
+KINDS = ("pretraining", "classifier", "squad", "encoder")
+
+
+class ModelFamily:
+    """One kind of model. Subclasses set the class attributes and implement the
+    methods that raise NotImplementedError.
+
+    Attributes:
+        name: the `--model_type` value.
+        config_class: a `JsonConfig` dataclass (`from_json_file`, `to_json_file`,
+            `describe`).
+        checkpoint_name: the final checkpoint a training run leaves in output_dir,
+            written under the family's original variable names.
+        config_name: the config file written next to it.
+        head_prefixes: {kind: variable-name prefixes of that kind's heads}.
+        export_tasks: the tasks `realformer_tf.export` can serve for this family.
+        classifier_weights_name: the classifier head's [num_labels, hidden] weights.
+        max_length_field: the config field that bounds the input length (0: none).
+    """
+
+    name = None
+    config_class = None
+    checkpoint_name = None
+    config_name = None
+    head_prefixes = {}
+    export_tasks = ()
+    max_length_field = None
+    classifier_weights_name = None
+
+    # -- configs ----------------------------------------------------------------------
+    def load_config(self, path, max_seq_length=None):
+        """The config at `path`, checked against `max_seq_length`."""
+        if not path:
+            raise UsageError("--bert_config_file is required (the model's config JSON)")
+        config = self.config_class.from_json_file(path)
+        limit = self.max_length(config)
+        if max_seq_length is not None and limit and max_seq_length > limit:
+            raise UsageError(f"--max_seq_length={max_seq_length} exceeds {self.max_length_field}={limit} of "
+                             f"{path}; lower --max_seq_length")
+        return config
+
+    def max_length(self, config):
+        """The longest input the config's models take (None: no limit)."""
+        value = getattr(config, self.max_length_field)
+        return value or None
+
+    def check_options(self, options):
+        """Raises UsageError for options this family cannot run with."""
+
+    def describe_inputs(self, options):
+        """A line about the inputs the family derives (None: nothing to say)."""
+        return None
+
+    def run_identity(self, options):
+        """Options that change the model's inputs, recorded with the run's config."""
+        return {}
+
+    # -- models -----------------------------------------------------------------------
+    def model_classes(self):
+        """{kind: Keras model class} (constructors take the config, and for the
+        classifier `num_labels`)."""
+        raise NotImplementedError
+
+    def build_model(self, config, kind, num_labels=None, dtype=None):
+        """The Keras model of `kind` (one of KINDS)."""
+        classes = self.model_classes()
+        if kind not in classes:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(classes)}")
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if kind == "classifier":
+            kwargs["num_labels"] = num_labels
+        return classes[kind](config, **kwargs)
+
+    def adapt_dataset_fn(self, dataset_fn, config, options):
+        """Wraps a BERT-layout `dataset_fn(input_context, start_step)` so that its
+        batches carry this family's model inputs (identity for BERT)."""
+        return dataset_fn
+
+    def adapt_features(self, features, config, options):
+        """The same, for one batch of features (used by the serving graph)."""
+        return features
+
+    # -- checkpoints ------------------------------------------------------------------
+    def load_checkpoint(self, model, prefix, skip_heads=False):
+        """Loads a checkpoint under the family's names (or one of our training
+        checkpoints) into `model`; returns the prefix read."""
+        raise NotImplementedError
+
+    def save_checkpoint(self, model, prefix):
+        raise NotImplementedError
+
+    def checkpoint_heads(self, prefix, kind, num_labels=None):
+        """Whether the checkpoint at `prefix` holds the heads of `kind` (for a
+        classifier with `num_labels`, one of that many labels)."""
+        prefixes = tuple(self.head_prefixes.get(kind, ()))
+        stored = ckpt.list_checkpoint(prefix)
+        names = ckpt.original_names(stored) or {}
+        if not prefixes or not all(any(n.startswith(p) for n in names) for p in prefixes):
+            return False
+        weights = names.get(self.classifier_weights_name)
+        return kind != "classifier" or num_labels is None or (weights and stored[weights][0] == num_labels)
+
+    def initialize(self, model, kind, init_checkpoint, num_labels=None):
+        """Loads `init_checkpoint` into a fresh model: the encoder, and the heads of
+        `kind` when the checkpoint holds them (a fine-tuned or pretraining checkpoint,
+        original-named or one of our training checkpoints). Returns (a log line,
+        whether the heads were loaded)."""
+        prefix = ckpt.resolve_checkpoint(init_checkpoint)
+        with_heads = self.checkpoint_heads(prefix, kind, num_labels)
+        path = self.load_checkpoint(model, prefix, skip_heads=not with_heads)
+        parts = "encoder and heads" if with_heads else "encoder only; heads fresh"
+        return f"Initialized from {path} ({parts})", with_heads
+
+    def save_final_checkpoint(self, model, output_dir, config):
+        """Writes `output_dir/<checkpoint_name>` and its config; returns the prefix."""
+        prefix = os.path.join(output_dir, self.checkpoint_name)
+        self.save_checkpoint(model, prefix)
+        config.to_json_file(os.path.join(output_dir, self.config_name))
+        return prefix
+
+    def trained_checkpoint(self, output_dir):
+        """What a run left in output_dir: its final checkpoint, else its latest
+        training checkpoint (output_dir itself)."""
+        import tensorflow as tf
+
+        final = os.path.join(output_dir, self.checkpoint_name)
+        return final if tf.io.gfile.exists(final + ".index") else output_dir

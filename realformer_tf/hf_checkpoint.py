@@ -1,0 +1,360 @@
+"""Hugging Face BERT model folders (`config.json` + `model.safetensors`), both ways.
+
+Reading: the folder's tensors are presented under the original BERT variable names
+(`bert/encoder/layer_0/attention/self/query/kernel`, ...) with PyTorch's [out, in]
+Linear weights transposed to TF's [in, out] kernels, so every loader that takes an
+original-named checkpoint takes a folder too. Files are read with `safetensors.numpy`
+through tf.io.gfile (gs:// works); torch and transformers are not needed.
+
+Writing: `save_hf_folder` writes what `transformers`' BertModel / BertForPreTraining /
+BertForSequenceClassification / BertForQuestionAnswering load. Stock `transformers`
+computes only vanilla post-LN BERT; other variants are written under the same naming
+scheme with the extra weights and our config fields, and read back only by this package.
+"""
+
+import json
+import os
+
+import numpy as np
+import safetensors.numpy
+import tensorflow as tf
+from absl import logging
+
+from realformer_tf.checkpoint import CheckpointError
+from realformer_tf.config import BertConfig, ConfigError
+from realformer_tf.fileio import atomic_output
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+LAYER_NORM_EPSILON = 1e-12  # the only value our models compute with (as BERT)
+
+# Head tensors: Hugging Face name -> original BERT name. Their weights are stored
+# [outputs, hidden] on both sides (no transpose).
+_HEAD_NAMES = {
+    "cls.predictions.bias": "cls/predictions/output_bias",
+    "cls.seq_relationship.weight": "cls/seq_relationship/output_weights",
+    "cls.seq_relationship.bias": "cls/seq_relationship/output_bias",
+    "classifier.weight": "output_weights",
+    "classifier.bias": "output_bias",
+    "qa_outputs.weight": "cls/squad/output_weights",
+    "qa_outputs.bias": "cls/squad/output_bias",
+}
+_HEAD_NAMES_BACK = {original: hf for hf, original in _HEAD_NAMES.items()}
+# Tensors that duplicate others: the decoder is tied to the word embeddings and its
+# bias to cls.predictions.bias; position_ids is a constant buffer of older versions.
+_TIED_DECODER = "cls.predictions.decoder.weight"
+_DUPLICATES = ("cls.predictions.decoder.bias", "embeddings.position_ids")
+_ENCODER_PARTS = ("embeddings", "encoder", "pooler")
+
+# hidden_act: Hugging Face name -> ours. HF "gelu" is the exact erf form; BERT's (and
+# our) "gelu" is the tanh approximation, which HF calls gelu_new / gelu_pytorch_tanh /
+# gelu_fast (three spellings of the same function).
+_ACTIVATIONS_FROM_HF = {
+    "gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
+    "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu", "linear": "linear",
+}
+_ACTIVATIONS_TO_HF = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tanh": "tanh",
+                      "silu": "silu", "swish": "silu", "linear": "linear"}
+_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                "max_position_embeddings", "type_vocab_size", "initializer_range")
+# Our fields beyond BERT's, stored in config.json for the variants stock BERT lacks.
+_OUR_FIELDS = ("residual_attention", "use_running_mean", "layer_norm_type",
+               "normformer_head_scale_position", "normformer_residual_scale")
+
+
+def is_hf_folder(path):
+    """True for a directory holding a Hugging Face `config.json`."""
+    return tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, CONFIG_NAME))
+
+
+# -- names --------------------------------------------------------------------------------
+def to_original_name(hf_name):
+    """Hugging Face tensor name -> (original BERT name, transpose?); None for tensors
+    that duplicate others (tied decoder, position_ids buffer)."""
+    if hf_name in _HEAD_NAMES:
+        return _HEAD_NAMES[hf_name], False
+    if hf_name == _TIED_DECODER or hf_name.endswith(_DUPLICATES):
+        return None
+    parts = hf_name.split(".")
+    if len(parts) < 2:
+        return hf_name, False  # not a BERT tensor; reported as foreign
+    if parts[0] in _ENCODER_PARTS:  # a bare BertModel's names
+        parts = ["bert"] + parts
+    if len(parts) > 3 and parts[2] == "layer":
+        parts[2:4] = [f"layer_{parts[3]}"]
+    *path, last = parts
+    if path[-1].endswith("LayerNorm"):
+        last = {"weight": "gamma", "bias": "beta"}.get(last, last)
+    elif path[-1].endswith("_embeddings") and last == "weight":
+        return "/".join(path), False
+    elif last == "weight":
+        return "/".join(path + ["kernel"]), True
+    return "/".join(path + [last]), False
+
+
+def to_hf_name(original, prefixed=True):
+    """Original BERT name -> (Hugging Face name, transpose?)."""
+    if original in _HEAD_NAMES_BACK:
+        return _HEAD_NAMES_BACK[original], False
+    parts = original.split("/")
+    if not prefixed and parts[0] == "bert":
+        parts = parts[1:]
+    parts = [p.replace("layer_", "layer.") if p.startswith("layer_") else p for p in parts]
+    last = parts[-1]
+    if last.endswith("_embeddings"):
+        return ".".join(parts + ["weight"]), False
+    if last == "kernel":
+        return ".".join(parts[:-1] + ["weight"]), True
+    parts[-1] = {"gamma": "weight", "beta": "bias"}.get(last, last)
+    return ".".join(parts), False
+
+
+# -- config -------------------------------------------------------------------------------
+def _refuse(source, field, value, what_to_do):
+    raise ConfigError(f"{source}: {field}={value!r} is not computed by this package; {what_to_do}")
+
+
+def _check_computable(values, source):
+    """Refuses Hugging Face settings that change the computation in ways we lack."""
+    if values.get("model_type", "bert") != "bert":
+        _refuse(source, "model_type", values["model_type"], "only BERT folders (model_type bert) are read")
+    if values.get("position_embedding_type", "absolute") != "absolute":
+        _refuse(source, "position_embedding_type", values["position_embedding_type"],
+                "only absolute position embeddings are supported")
+    for field in ("is_decoder", "add_cross_attention"):
+        if values.get(field):
+            _refuse(source, field, values[field], "give an encoder-only BERT")
+    if values.get("pruned_heads"):
+        _refuse(source, "pruned_heads", values["pruned_heads"], "give a model without pruned heads")
+    eps = values.get("layer_norm_eps", LAYER_NORM_EPSILON)
+    if not np.isclose(eps, LAYER_NORM_EPSILON, rtol=1e-6, atol=0):
+        _refuse(source, "layer_norm_eps", eps, f"our LayerNorms use BERT's {LAYER_NORM_EPSILON}")
+    act = values.get("hidden_act", "gelu")
+    if act not in _ACTIVATIONS_FROM_HF:
+        _refuse(source, "hidden_act", act, f"use one of {', '.join(sorted(_ACTIVATIONS_FROM_HF))}")
+
+
+def config_from_hf_dict(values, source="config.json"):
+    """BertConfig from a Hugging Face BERT `config.json` dict.
+
+    The sizes, dropouts and initializer range carry over; `hidden_act` is translated
+    (HF "gelu" = exact erf GELU = our "gelu_exact"); residual attention is off (a stock
+    HF BERT is vanilla) unless the file carries our own fields (folders written by
+    `save_hf_folder`). Everything else is metadata, generation or training settings and
+    is ignored with one log line.
+
+    Raises:
+        ConfigError naming the field, for settings we cannot compute (model_type other
+        than bert, relative position embeddings, decoders, pruned heads, layer_norm_eps
+        other than 1e-12, unknown activations).
+    """
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+    _check_computable(values, source)
+    if "vocab_size" not in values:
+        raise ConfigError(f"{source}: the required field vocab_size is missing")
+    ours = {k: values[k] for k in _SIZE_FIELDS if k in values}
+    ours["hidden_act"] = _ACTIVATIONS_FROM_HF[values.get("hidden_act", "gelu")]
+    ours["residual_attention"] = False
+    ours.update({k: values[k] for k in _OUR_FIELDS if k in values})
+    used = set(_SIZE_FIELDS) | set(_OUR_FIELDS) | {"hidden_act", "layer_norm_eps", "model_type"}
+    ignored = sorted(set(values) - used)
+    if ignored:
+        logging.info("%s: Hugging Face fields without effect on the computation ignored: %s",
+                     source, ", ".join(ignored))
+    try:
+        return BertConfig(**ours)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def config_to_hf_dict(config, architecture):
+    """The Hugging Face `config.json` dict of a BertConfig (see `save_hf_folder`)."""
+    values = {field: getattr(config, field) for field in _SIZE_FIELDS}
+    values.update(
+        architectures=[architecture], model_type="bert",
+        hidden_act=_ACTIVATIONS_TO_HF[config.hidden_act], layer_norm_eps=LAYER_NORM_EPSILON,
+        position_embedding_type="absolute", pad_token_id=0, tie_word_embeddings=True,
+    )
+    if not stock_transformers_computes(config):
+        values.update({field: getattr(config, field) for field in _OUR_FIELDS})
+    return values
+
+
+def stock_transformers_computes(config):
+    """True when transformers' BertModel computes what our model with `config` does:
+    vanilla attention in BERT's post-LN order."""
+    return not config.residual_attention and config.layer_norm_type == "post"
+
+
+def read_json(path):
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is not valid UTF-8 JSON ({e})") from None
+
+
+def load_hf_config(path):
+    """BertConfig of a Hugging Face folder, or of its config.json."""
+    if tf.io.gfile.isdir(path):
+        path = os.path.join(path, CONFIG_NAME)
+    if not tf.io.gfile.exists(path):
+        raise ConfigError(f"{path} does not exist; give a Hugging Face folder with {CONFIG_NAME}")
+    return config_from_hf_dict(read_json(path), source=path)
+
+
+# -- weights ------------------------------------------------------------------------------
+def _weight_files(folder):
+    """The safetensors file(s) of a folder (one, or the shards an index names)."""
+    single = os.path.join(folder, WEIGHTS_NAME)
+    if tf.io.gfile.exists(single):
+        return [single]
+    index = single + ".index.json"
+    if tf.io.gfile.exists(index):
+        shards = sorted(set(read_json(index).get("weight_map", {}).values()))
+        return [os.path.join(folder, shard) for shard in shards]
+    others = [n for n in ("pytorch_model.bin", "tf_model.h5") if tf.io.gfile.exists(os.path.join(folder, n))]
+    hint = (f"it has {' and '.join(others)}: save it again with transformers' "
+            "save_pretrained(folder, safe_serialization=True)") if others else "download model.safetensors too"
+    raise CheckpointError(f"{folder} is a Hugging Face folder without {WEIGHTS_NAME}; {hint}")
+
+
+def _read_header(path):
+    """{name: shape} from a safetensors header (8-byte length, then JSON), without
+    reading the tensors."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        try:
+            header = json.loads(f.read(length).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, MemoryError, OverflowError) as e:
+            raise CheckpointError(f"{path} is not a safetensors file ({type(e).__name__}); "
+                                  "download it again") from None
+    return {name: list(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+
+
+def _read_tensors(path):
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return safetensors.numpy.load(f.read())
+
+
+class HfFolderWeights:
+    """The tensors of a Hugging Face BERT folder under their original BERT names.
+
+    Args:
+        folder: the folder (config.json + model.safetensors, or its sharded form).
+
+    Raises:
+        CheckpointError naming the folder: no safetensors file, a tensor that is not
+        part of a BERT model, an MLM decoder not tied to the word embeddings.
+    """
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.files = _weight_files(folder)
+        self.path = self.files[0] if len(self.files) == 1 else folder
+        self._tensors = None
+        shapes = {}
+        for path in self.files:
+            shapes.update(_read_header(path))
+        self._hf_shapes = shapes
+        self._names = {}  # original name -> (hf name, transpose?)
+        foreign = []
+        for hf_name in shapes:
+            mapped = to_original_name(hf_name)
+            if mapped is None:
+                continue
+            if not (mapped[0].startswith(("bert/", "cls/")) or hf_name in _HEAD_NAMES):
+                foreign.append(hf_name)
+            self._names[mapped[0]] = (hf_name, mapped[1])
+        if foreign:
+            raise CheckpointError(
+                f"{self.path} holds tensors that are not BERT's: {', '.join(sorted(foreign)[:8])}; "
+                "give a BertModel / BertForPreTraining / BertForSequenceClassification / "
+                "BertForQuestionAnswering folder")
+
+    def shapes(self):
+        """{original name: shape} as our variables have them (kernels [in, out])."""
+        return {name: self._hf_shapes[hf][::-1] if transpose else self._hf_shapes[hf]
+                for name, (hf, transpose) in self._names.items()}
+
+    def stored_name(self, name):
+        """The Hugging Face name under which original name `name` is stored."""
+        return self._names[name][0] if name in self._names else to_hf_name(name, self._prefixed())[0]
+
+    def _prefixed(self):
+        return any(hf.startswith("bert.") for hf, _ in self._names.values())
+
+    def get(self, name):
+        """The tensor of original name `name`, in our layout."""
+        if self._tensors is None:
+            self._tensors = {}
+            for path in self.files:
+                self._tensors.update(_read_tensors(path))
+        if name.startswith("cls/predictions/"):
+            self._check_tied_decoder()
+        hf_name, transpose = self._names[name]
+        array = self._tensors[hf_name]
+        return array.T if transpose else array
+
+    def _check_tied_decoder(self):
+        decoder = self._tensors.get(_TIED_DECODER)
+        words = self._tensors.get(self.stored_name("bert/embeddings/word_embeddings"))
+        if decoder is not None and words is not None and not np.array_equal(decoder, words):
+            raise CheckpointError(
+                f"{self.path}: {_TIED_DECODER} differs from the word embeddings; our masked-LM "
+                "head is tied to them (as BERT's), so this untied head cannot be loaded. Load "
+                "the encoder only (e.g. into BertModel)")
+
+
+# -- writing ------------------------------------------------------------------------------
+def hf_tensors(model):
+    """{Hugging Face name: float32 array} of a BertModel or task model's weights."""
+    architecture = model.hf_architecture
+    prefixed = architecture != "BertModel"  # transformers' task classes nest it as bert.
+    tensors = {}
+    for name, variable in model.bert_checkpoint_variables().items():
+        if architecture == "BertForQuestionAnswering" and name.startswith("bert/pooler/"):
+            continue  # that class has no pooler (unused by the span head)
+        hf_name, transpose = to_hf_name(name, prefixed)
+        array = np.asarray(variable.numpy(), np.float32)
+        tensors[hf_name] = np.ascontiguousarray(array.T if transpose else array)
+    return tensors
+
+
+def save_hf_folder(model, folder):
+    """Writes `model` as a Hugging Face folder: config.json + model.safetensors.
+
+    Vanilla post-LN BERT configs give what `transformers` loads and computes exactly
+    (hidden_act translated: our tanh "gelu" -> "gelu_new", "gelu_exact" -> "gelu").
+    Residual attention, pre-LN and NormFormer are written too, with their extra weights
+    under the same naming scheme and our config fields in config.json; a warning says
+    that stock transformers would load them without computing them (only this package
+    reads them back correctly).
+
+    Args:
+        model: a BertModel, BertPretrainingModel, BertClassifierModel or BertSquadModel.
+        folder: the output directory (created; files replaced atomically).
+
+    Returns:
+        `folder`.
+    """
+    config = config_to_hf_dict(model.config, model.hf_architecture)
+    if model.hf_architecture == "BertForSequenceClassification":
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
+    if not stock_transformers_computes(model.config):
+        logging.warning(
+            "%s: %s is not vanilla post-LN BERT; stock transformers would load this folder "
+            "but compute something else. config.json carries our fields (%s) so that "
+            "realformer_tf reads it back exactly.", folder, model.config.describe(),
+            ", ".join(_OUR_FIELDS))
+    tensors = hf_tensors(model)
+    tf.io.gfile.makedirs(folder)
+    with atomic_output(os.path.join(folder, WEIGHTS_NAME), "wb") as f:
+        f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+    with atomic_output(os.path.join(folder, CONFIG_NAME)) as f:
+        f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return folder

@@ -1,0 +1,250 @@
+"""The one job sequence behind run_pretraining.py, run_classifier.py and run_squad.py.
+
+    config -> strategy -> worker output dir -> batch / input checks -> claim output_dir
+    -> trainer (restored or initialized) -> train -> final original-named checkpoint
+    -> eval / predict -> report -> optional SavedModel
+
+is written once, in `run_job`. What varies is the *model family* (`realformer_tf.families`:
+BERT, ETC — config, models, checkpoint names, input adapter) and the *job*
+(`realformer_tf.tasks`: pretraining, classifier, SQuAD — data, loss, metrics, outputs).
+Library code takes plain options (`RunOptions` and the jobs' subclasses); the scripts
+translate their absl flags into them (`realformer_tf.cli`).
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+from typing import Optional
+
+import tensorflow as tf
+
+from realformer_tf import checkpoint as ckpt
+from realformer_tf import distribution, export, optimization
+from realformer_tf.errors import UsageError, require
+from realformer_tf.families import get_family
+from realformer_tf.fileio import atomic_output
+from realformer_tf.training import Trainer, is_chief, worker_scratch_dir
+
+
+def say(message):
+    """The scripts' progress lines (stdout, flushed: they are watched live)."""
+    print(message, flush=True)
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """What every job takes: the original BERT flags shared by the three scripts and
+    the TF2 additions. Field names are the flag names."""
+
+    output_dir: Optional[str] = None
+    bert_config_file: Optional[str] = None
+    init_checkpoint: Optional[str] = None
+    model_type: str = "bert"
+    etc_tokens_per_global: int = 16
+    max_seq_length: int = 128
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    learning_rate: float = 5e-5
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    predict_batch_size: int = 8
+    save_checkpoints_steps: int = 1000
+    iterations_per_loop: int = 1000
+    keep_checkpoint_max: int = 5
+    optimizer: str = "adamw"
+    weight_decay: float = 0.01
+    seed: Optional[int] = None
+    mixed_precision: str = "none"
+    distribution_strategy: str = "auto"
+    use_tpu: bool = False
+    tpu: Optional[str] = None
+    tpu_name: Optional[str] = None
+    tpu_zone: Optional[str] = None
+    gcp_project: Optional[str] = None
+    master: Optional[str] = None
+    tpu_timeout_s: int = 60
+    export_dir: Optional[str] = None
+
+
+class Job:
+    """One script's task. The runner calls these hooks in the order above; a job keeps
+    what one hook prepares for a later one (e.g. featurized files) on `self`."""
+
+    name = None
+    kind = None  # what the family builds: one of families.KINDS
+    options_class = RunOptions
+    log = staticmethod(say)  # run_job sets the log function it was given
+
+    def check_options(self, options):
+        """Flag combinations, before anything is read or written."""
+
+    def batch_size_names(self, options):
+        """The batch-size options this run uses (each must divide by the replicas)."""
+        return ()
+
+    def describe(self, options):
+        """A line on what the job does (printed after the model line), or None."""
+        return None
+
+    def check_inputs(self, options, family, config):
+        """Reads and checks every input before output_dir is claimed."""
+
+    def run_identity(self, options):
+        """Options that must match when a run resumes in the same output_dir."""
+        return {"task": self.name, "max_seq_length": options.max_seq_length}
+
+    def prepare(self, options, family, config, out_dir):
+        """Writes what training and evaluation read; returns (train steps, warmup)."""
+        return 0, 0
+
+    def make_task(self, family, config, options):
+        """The `training.Task` (model, loss, metrics)."""
+        raise NotImplementedError
+
+    def after_restore(self, trainer, resumed, options):
+        """A chance to warn about the state the trainer starts from."""
+
+    def train_dataset_fn(self, options):
+        """The BERT-layout training `dataset_fn(input_context, start_step)`."""
+        raise NotImplementedError
+
+    def reading_inputs(self):
+        """Context for the train/eval phase (e.g. naming a corrupt record)."""
+        return contextlib.nullcontext()
+
+    def evaluate(self, trainer, options, family, config, out_dir):
+        """Eval / predict and their reports."""
+
+    def export(self, options, family, config, out_dir):
+        """Writes the SavedModel of `--export_dir`; returns its path."""
+        raise UsageError(f"--export_dir is not available for {self.name}")
+
+
+def run_job(job, options, log=say):
+    """Runs `job` (a Job) with `options` (its options_class); returns the Trainer."""
+    family = get_family(options.model_type)
+    job.log = log
+    job.check_options(options)
+    family.check_options(options)
+    config = family.load_config(options.bert_config_file, options.max_seq_length)
+    strategy, float16 = setup_strategy(options)
+    out_dir = worker_output_dir(options.output_dir, strategy)  # options.output_dir on the chief
+    announce(config, strategy, options, log)
+    for line in (family.describe_inputs(options), job.describe(options)):
+        if line:
+            log(line)
+    for name in job.batch_size_names(options):
+        per_replica(strategy, getattr(options, name), name)
+    job.check_inputs(options, family, config)
+    if options.init_checkpoint:
+        ckpt.resolve_checkpoint(options.init_checkpoint)  # fail now, not after set-up
+    claim_output_dir(options.output_dir, config, {**job.run_identity(options), **family.run_identity(options)})
+    num_train_steps, num_warmup_steps = job.prepare(options, family, config, out_dir)
+    trainer, resumed = start_trainer(job.make_task(family, config, options), strategy, options,
+                                     num_train_steps, num_warmup_steps, float16, log)
+    job.after_restore(trainer, resumed, options)
+    with job.reading_inputs():
+        if options.do_train:
+            trainer.train(family.adapt_dataset_fn(job.train_dataset_fn(options), config, options),
+                          num_train_steps, summary_dir=os.path.join(out_dir, "summaries", "train"), log_fn=log)
+            prefix = family.save_final_checkpoint(trainer.model, out_dir, config)
+            log(f"Checkpoint under the original variable names: {prefix}")
+        job.evaluate(trainer, options, family, config, out_dir)
+    if options.export_dir and trainer.is_chief:
+        path = job.export(options, family, config, out_dir)
+        log(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task=job.kind)}")
+    return trainer
+
+
+# -- the steps ----------------------------------------------------------------------------
+def setup_strategy(options):
+    """Seeds, the mixed-precision policy and the tf.distribute strategy the options
+    name. Returns (strategy, whether float16 loss scaling is needed)."""
+    if options.seed is not None:
+        import keras
+
+        keras.utils.set_random_seed(options.seed)
+    float16 = distribution.set_mixed_precision(options.mixed_precision)
+    strategy = distribution.strategy_from_options(options)  # TPU problems: one error within tpu_timeout_s
+    return strategy, float16
+
+
+def announce(config, strategy, options, log=say):
+    """The first lines of every job: which variant was built, on what."""
+    log(config.describe())
+    log(f"strategy: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s); "
+        f"mixed precision: {options.mixed_precision}")
+
+
+def worker_output_dir(output_dir, strategy):
+    """output_dir on the chief; a scratch folder inside it on other workers, so that
+    several workers never write the same files (results, records, checkpoints)."""
+    require(output_dir, "--output_dir is required")
+    if is_chief(strategy):
+        return output_dir
+    path = worker_scratch_dir(output_dir, strategy)
+    tf.io.gfile.makedirs(path)
+    return path
+
+
+def per_replica(strategy, batch_size, name):
+    try:
+        return distribution.per_replica_batch_size(batch_size, strategy, name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def claim_output_dir(output_dir, config, identity):
+    """Records the run's config and identity in output_dir; a rerun with another one is
+    refused (it would resume another model's checkpoints)."""
+    tf.io.gfile.makedirs(output_dir)
+    path = os.path.join(output_dir, "run_config.json")
+    current = {"bert_config": config.to_dict(), **identity}
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            previous = json.load(f)
+        if previous != current:
+            raise UsageError(
+                f"--output_dir={output_dir} holds checkpoints of another model or task (differs in: "
+                f"{', '.join(_differences(previous, current)) or 'settings'}); use a new --output_dir "
+                "or the original config")
+    elif tf.train.latest_checkpoint(output_dir):
+        raise UsageError(f"--output_dir={output_dir} already holds checkpoints that were not written by "
+                         "this tool for this config; use an empty --output_dir")
+    else:
+        with atomic_output(path) as f:
+            json.dump(current, f, indent=2, sort_keys=True)
+
+
+def _differences(previous, current):
+    old, new = previous.get("bert_config", {}), current["bert_config"]
+    fields = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    return fields + sorted(k for k in set(previous) | set(current)
+                           if k != "bert_config" and previous.get(k) != current.get(k))
+
+
+def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, float16, log=say):
+    """The Trainer the options describe, restored from output_dir (or initialized by
+    the task); says which. Returns (trainer, restored checkpoint path or None)."""
+    o = options
+
+    def optimizer_fn():
+        return optimization.create_optimizer(
+            o.optimizer, o.learning_rate, max(num_train_steps, 1), num_warmup_steps,
+            weight_decay=o.weight_decay, float16_loss_scaling=float16)
+
+    trainer = Trainer(task, strategy, o.output_dir, optimizer_fn=optimizer_fn if o.do_train else None,
+                      steps_per_loop=o.iterations_per_loop, save_checkpoints_steps=o.save_checkpoints_steps,
+                      max_checkpoints_to_keep=o.keep_checkpoint_max, global_batch_size=o.train_batch_size)
+    resumed = trainer.restore_or_initialize(weights_only=not o.do_train)
+    log(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
+        else (trainer.init_message or "Training from scratch (no --init_checkpoint)"))
+    return trainer, resumed
+
+
+def options_from(options_class, values):
+    """`options_class(**values)` keeping only its fields (e.g. from a flag dict)."""
+    names = {f.name for f in dataclasses.fields(options_class)}
+    return options_class(**{k: v for k, v in values.items() if k in names})

@@ -1,0 +1,381 @@
+"""Hugging Face BERT folders (config.json + model.safetensors) in both directions.
+
+The fixtures under tests/fixtures/hf_* were written by `transformers` itself
+(tools/make_hf_fixture.py, random weights, eval mode) together with its outputs on
+recorded inputs; these tests need neither torch nor transformers. Our models must
+reproduce transformers' outputs within 1e-5, and folders we write must load back
+bit-exactly.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import bert_numpy
+from realformer_tf import checkpoint as ckpt
+from realformer_tf import convert, hf_checkpoint, modeling
+from realformer_tf.checkpoint import CheckpointError
+from realformer_tf.config import BertConfig, ConfigError
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+TOLERANCE = 1e-5
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def recorded(folder):
+    data = np.load(os.path.join(folder, "outputs.npz"))
+    inputs = {"input_ids": data["input_ids"], "input_mask": data["attention_mask"],
+              "segment_ids": data["token_type_ids"]}
+    return inputs, data
+
+
+def load_task_model(folder, task, config=None, num_labels=3):
+    config = config or hf_checkpoint.load_hf_config(folder)
+    model = convert.build_model(config, task, num_labels=num_labels)
+    model.load_bert_checkpoint(folder)
+    return model
+
+
+def max_diff(a, b):
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def test_pretraining_folder_matches_transformers():
+    folder = fixture("hf_bert_pretraining_gelu")
+    config = hf_checkpoint.load_hf_config(folder)
+    assert config.hidden_act == "gelu_exact" and config.residual_attention is False
+    model = load_task_model(folder, "pretraining")
+    inputs, want = recorded(folder)
+    seq = inputs["input_ids"].shape[1]
+    positions = np.tile(np.arange(seq), (inputs["input_ids"].shape[0], 1))
+    out = model(dict(inputs, masked_lm_positions=positions), training=False)
+    diffs = {
+        "last_hidden_state": max_diff(out["sequence_output"], want["last_hidden_state"]),
+        "prediction_logits": max_diff(out["masked_lm_logits"], want["prediction_logits"]),
+        "seq_relationship_logits": max_diff(out["next_sentence_logits"], want["seq_relationship_logits"]),
+    }
+    print("HF BertForPreTraining (erf gelu) -> ours, max |diff|:", diffs)
+    assert max(diffs.values()) < TOLERANCE, diffs
+
+
+def test_erf_gelu_is_needed_to_match():
+    """The tolerance separates the two GELU forms: reading HF "gelu" as BERT's tanh
+    form would be caught."""
+    folder = fixture("hf_bert_pretraining_gelu")
+    config = hf_checkpoint.load_hf_config(folder)
+    wrong = BertConfig.from_dict(dict(config.to_dict(), hidden_act="gelu"))
+    model = load_task_model(folder, "encoder", config=wrong)
+    inputs, want = recorded(folder)
+    assert max_diff(model(inputs)["sequence_output"], want["last_hidden_state"]) > 20 * TOLERANCE
+
+
+def test_bare_bert_model_folder_tanh_gelu():
+    folder = fixture("hf_bert_model_gelu_new")
+    config = hf_checkpoint.load_hf_config(folder)
+    assert config.hidden_act == "gelu"
+    model = load_task_model(folder, "encoder")
+    inputs, want = recorded(folder)
+    out = model(inputs, training=False)
+    diffs = [max_diff(out["sequence_output"], want["last_hidden_state"]),
+             max_diff(out["pooled_output"], want["pooler_output"])]
+    print("HF BertModel (gelu_new, no prefix) -> ours, max |diff|:", diffs)
+    assert max(diffs) < TOLERANCE
+
+
+def test_classifier_and_qa_folders():
+    folder = fixture("hf_bert_classifier_tanh")
+    assert hf_checkpoint.load_hf_config(folder).hidden_act == "gelu"  # gelu_pytorch_tanh
+    model = load_task_model(folder, "classifier", num_labels=3)
+    inputs, want = recorded(folder)
+    diffs = [max_diff(model(inputs)["logits"], want["logits"]),
+             max_diff(model.bert(inputs)["sequence_output"], want["last_hidden_state"])]
+
+    folder = fixture("hf_bert_qa_gelu")
+    model = load_task_model(folder, "squad")  # that class has no pooler: left as built
+    inputs, want = recorded(folder)
+    out = model(inputs)
+    diffs += [max_diff(out["start_logits"], want["start_logits"]),
+              max_diff(out["end_logits"], want["end_logits"])]
+    print("HF classifier / QA -> ours, max |diff|:", diffs)
+    assert max(diffs) < TOLERANCE
+
+
+def test_folder_with_gamma_beta_names_and_encoder_from_task_folder(tmp_path):
+    """Older files name LayerNorm parameters gamma/beta; an encoder loads from a task
+    folder (heads ignored) and a classifier fine-tunes from an encoder folder."""
+    source = fixture("hf_bert_model_gelu_new")
+    folder = str(tmp_path / "old")
+    shutil.copytree(source, folder)
+    tensors = safetensors.numpy.load_file(os.path.join(source, "model.safetensors"))
+    renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+               for k, v in tensors.items()}
+    assert any("gamma" in k for k in renamed)
+    safetensors.numpy.save_file(renamed, os.path.join(folder, "model.safetensors"))
+    inputs, want = recorded(folder)
+    model = load_task_model(folder, "encoder")
+    assert max_diff(model(inputs)["sequence_output"], want["last_hidden_state"]) < TOLERANCE
+
+    encoder = load_task_model(fixture("hf_bert_pretraining_gelu"), "encoder")
+    assert encoder.pooler.kernel.shape == (24, 24)
+    classifier = convert.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 4)
+    classifier.load_bert_checkpoint(folder, skip_heads=True)
+    np.testing.assert_array_equal(classifier.bert.pooler.kernel.numpy(),
+                                  tensors["pooler.dense.weight"].T)
+
+
+def test_names_seen_by_the_scripts():
+    """Scripts decide what to load from list_checkpoint(resolve_checkpoint(...))."""
+    folder = fixture("hf_bert_pretraining_gelu")
+    assert ckpt.resolve_checkpoint(folder) == folder
+    names = ckpt.list_checkpoint(folder)
+    assert names["bert/encoder/layer_1/intermediate/dense/kernel"] == [24, 40]  # transposed
+    assert "cls/seq_relationship/output_weights" in names
+    assert "output_weights" in ckpt.list_checkpoint(fixture("hf_bert_classifier_tanh"))
+    assert "cls/squad/output_bias" in ckpt.list_checkpoint(fixture("hf_bert_qa_gelu"))
+
+
+def test_our_export_of_a_transformers_model_reproduces_its_files(tmp_path):
+    """Loading transformers' folder and writing it again gives the same tensors (names,
+    layout, values) and an equivalent config."""
+    for name, task in (("hf_bert_pretraining_gelu", "pretraining"), ("hf_bert_qa_gelu", "squad"),
+                       ("hf_bert_classifier_tanh", "classifier"), ("hf_bert_model_gelu_new", "encoder")):
+        source = fixture(name)
+        written = load_task_model(source, task).save_hf_folder(str(tmp_path / name))
+        want = safetensors.numpy.load_file(os.path.join(source, "model.safetensors"))
+        got = safetensors.numpy.load_file(os.path.join(written, "model.safetensors"))
+        assert sorted(got) == sorted(want), name
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        with open(os.path.join(source, "config.json")) as f:
+            want_config = json.load(f)
+        with open(os.path.join(written, "config.json")) as f:
+            got_config = json.load(f)
+        for key in ("hidden_size", "num_hidden_layers", "architectures", "layer_norm_eps",
+                    "vocab_size", "type_vocab_size", "model_type"):
+            assert got_config[key] == want_config[key], (name, key)
+        # gelu_pytorch_tanh is written back as gelu_new: the same function.
+        assert (hf_checkpoint.config_from_hf_dict(got_config)
+                == hf_checkpoint.config_from_hf_dict(want_config)), name
+        assert "residual_attention" not in got_config
+
+
+SIZES = dict(vocab_size=31, hidden_size=15, num_hidden_layers=2, num_attention_heads=3,
+             intermediate_size=22, max_position_embeddings=12, type_vocab_size=3)
+EXPORT_VARIANTS = {
+    "vanilla-post-exact-gelu": dict(residual_attention=False, hidden_act="gelu_exact"),
+    "vanilla-pre": dict(residual_attention=False, layer_norm_type="pre"),
+    "realformer-post": dict(use_running_mean=True),
+    "normformer": dict(layer_norm_type="normformer", normformer_residual_scale=True,
+                       normformer_head_scale_position="after_projection"),
+}
+HEADS = {"pretraining": "pretraining", "classifier": "classifier", "squad": "squad", "encoder": None}
+
+
+def random_model(overrides, task, seed):
+    config = BertConfig(**SIZES, **overrides)
+    model = convert.build_model(config, task, num_labels=4)
+    weights = bert_numpy.random_weights(config.to_dict(), np.random.default_rng(seed),
+                                        head=HEADS[task], num_labels=4)
+    for name, variable in model.bert_checkpoint_variables().items():
+        variable.assign(weights[name])
+    return model
+
+
+def model_inputs(task):
+    rng = np.random.default_rng(5)
+    inputs = {"input_ids": rng.integers(0, 31, (2, 9)), "segment_ids": rng.integers(0, 3, (2, 9)),
+              "input_mask": np.array([[1] * 9, [1] * 6 + [0] * 3])}
+    if task == "pretraining":
+        inputs["masked_lm_positions"] = np.array([[1, 4, 8], [0, 2, 5]])
+    return inputs
+
+
+# Vanilla BERT with every head; each other variant with one.
+EXPORT_CASES = [("vanilla-post-exact-gelu", task) for task in sorted(HEADS)] + [
+    ("vanilla-pre", "classifier"), ("realformer-post", "pretraining"), ("normformer", "squad")]
+
+
+@pytest.mark.parametrize("variant,task", EXPORT_CASES)
+def test_export_loads_back_bit_exact(variant, task, tmp_path, caplog):
+    model = random_model(EXPORT_VARIANTS[variant], task, seed=len(variant) + len(task))
+    folder = model.save_hf_folder(str(tmp_path / "hf"))
+    warned = any("stock transformers" in r.getMessage() for r in caplog.records)
+    assert warned == (variant != "vanilla-post-exact-gelu")
+    config = BertConfig.from_json_file(folder)  # the folder as --bert_config_file
+    assert config == model.config
+    again = convert.build_model(config, task, num_labels=4)
+    again.load_bert_checkpoint(folder)
+    got, want = again.bert_checkpoint_variables(), model.bert_checkpoint_variables()
+    skipped = {n for n in want if task == "squad" and n.startswith("bert/pooler/")}
+    for name in set(want) - skipped:
+        np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=name)
+    out, ref = again(model_inputs(task)), model(model_inputs(task))
+    for key in ref:
+        if key not in ("encoder_outputs", "attention_scores"):
+            np.testing.assert_array_equal(np.asarray(out[key]), np.asarray(ref[key]), err_msg=key)
+
+
+def test_hf_config_mapping_and_refusals(tmp_path):
+    with open(os.path.join(fixture("hf_bert_classifier_tanh"), "config.json")) as f:
+        base = json.load(f)
+    config = BertConfig.from_json_file(os.path.join(fixture("hf_bert_classifier_tanh"), "config.json"))
+    assert (config.hidden_size, config.intermediate_size, config.hidden_act) == (24, 40, "gelu")
+    refused = {
+        "model_type": ("roberta", "model_type"),
+        "position_embedding_type": ("relative_key", "position_embedding_type"),
+        "layer_norm_eps": (1e-5, "layer_norm_eps"),
+        "hidden_act": ("quick_gelu", "quick_gelu"),
+        "is_decoder": (True, "is_decoder"),
+    }
+    for field, (value, named) in refused.items():
+        path = tmp_path / f"{field}.json"
+        path.write_text(json.dumps(dict(base, **{field: value})))
+        with pytest.raises(ConfigError) as err:
+            BertConfig.from_json_file(str(path))
+        assert named in str(err.value) and str(path) in str(err.value), str(err.value)
+
+
+def copy_fixture(tmp_path, name="hf_bert_pretraining_gelu"):
+    folder = str(tmp_path / name)
+    shutil.copytree(fixture(name), folder)
+    path = os.path.join(folder, "model.safetensors")
+    return folder, path, safetensors.numpy.load_file(path)
+
+
+def test_missing_unexpected_misshaped_tensors_are_named(tmp_path):
+    folder, path, tensors = copy_fixture(tmp_path)
+    config = hf_checkpoint.load_hf_config(folder)
+    cases = {
+        "missing": ({k: v for k, v in tensors.items() if k != "bert.encoder.layer.1.output.dense.weight"},
+                    ["lacks", "bert.encoder.layer.1.output.dense.weight"]),
+        "unexpected": (dict(tensors, **{"bert.encoder.LayerNorm.weight": np.ones(24, np.float32),
+                                        "bert.encoder.LayerNorm.bias": np.zeros(24, np.float32)}),
+                       ["does not have", "bert.encoder.LayerNorm.weight"]),
+        "mis-shaped": (dict(tensors, **{"cls.seq_relationship.weight": np.zeros((3, 24), np.float32)}),
+                       ["cls.seq_relationship.weight", "[3, 24]", "[2, 24]"]),
+        "foreign": (dict(tensors, **{"lm_head.dense.weight": np.zeros((2, 2), np.float32)}),
+                    ["lm_head.dense.weight", "not BERT's"]),
+        "untied decoder": (dict(tensors, **{"cls.predictions.decoder.weight": np.zeros((50, 24), np.float32)}),
+                           ["cls.predictions.decoder.weight", "tied"]),
+    }
+    for case, (changed, expected) in cases.items():
+        safetensors.numpy.save_file(changed, path)
+        with pytest.raises(CheckpointError) as err:
+            modeling.BertPretrainingModel(config).load_bert_checkpoint(folder)
+        assert all(text in str(err.value) for text in expected), (case, str(err.value))
+        assert path in str(err.value), case
+
+
+def test_folder_without_safetensors(tmp_path):
+    folder, path, _ = copy_fixture(tmp_path)
+    os.remove(path)
+    with open(os.path.join(folder, "pytorch_model.bin"), "wb") as f:
+        f.write(b"\0")
+    with pytest.raises(CheckpointError, match="without model.safetensors.*pytorch_model.bin.*safe_serialization"):
+        ckpt.resolve_checkpoint(folder)
+
+
+def test_convert_script_both_ways(tmp_path):
+    """convert_checkpoint.py: HF folder -> original-named checkpoint -> HF folder."""
+    folder = fixture("hf_bert_pretraining_gelu")
+    config = BertConfig.from_json_file(folder)
+    source, prefix = convert.convert(config, folder, str(tmp_path / "bert_model.ckpt"), "pretraining")
+    assert source.startswith(folder) and ckpt.list_checkpoint(prefix)["bert/pooler/dense/kernel"] == [24, 24]
+    _, back = convert.convert(config, prefix, str(tmp_path / "hf_out"), "pretraining", output_format="hf")
+    want = safetensors.numpy.load_file(os.path.join(folder, "model.safetensors"))
+    got = safetensors.numpy.load_file(os.path.join(back, "model.safetensors"))
+    assert sorted(got) == sorted(want)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_hf_warning_only_for_variants_transformers_lacks():
+    assert convert.hf_warning(BertConfig(**SIZES, residual_attention=False)) is None
+    for overrides in EXPORT_VARIANTS.values():
+        config = BertConfig(**SIZES, **overrides)
+        if config.residual_attention or config.layer_norm_type != "post":
+            assert "Stock Hugging Face transformers" in convert.hf_warning(config)
+
+
+@pytest.mark.slow
+def test_convert_checkpoint_script_reads_the_folder_config(tmp_path):
+    """No --bert_config_file: the folder's config.json describes the model."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    prefix = str(tmp_path / "bert_model.ckpt")
+    result = subprocess.run(
+        [sys.executable, os.path.join(root, "convert_checkpoint.py"),
+         f"--input_checkpoint={fixture('hf_bert_qa_gelu')}", f"--output_checkpoint={prefix}",
+         "--task=squad"],
+        capture_output=True, text=True, cwd=root, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "BERT: residual attention off" in result.stdout and "Converted" in result.stdout
+    names = ckpt.list_checkpoint(prefix)
+    assert names["cls/squad/output_weights"] == [2, 24]
+
+
+def test_script_tasks_initialize_from_a_folder():
+    """--init_checkpoint=FOLDER goes through the tasks' initialize (heads detected by
+    their original names)."""
+    from realformer_tf.tasks.classifier import ClassifierTask
+    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.tasks.squad import SquadTask
+
+    folder = fixture("hf_bert_pretraining_gelu")
+    config = BertConfig.from_json_file(folder)
+    task = PretrainingTask(config, folder)
+    message = task.initialize(task.build_model())
+    assert "heads fresh" not in message and "model.safetensors" in message
+    task = ClassifierTask(config, 2, False, folder)
+    assert "model.safetensors" in task.initialize(task.build_model())
+    qa = fixture("hf_bert_qa_gelu")
+    task = SquadTask(BertConfig.from_json_file(qa), qa)
+    assert "(encoder and heads)" in task.initialize(task.build_model()) and task.head_initialized
+
+
+def test_sharded_folder(tmp_path):
+    """model.safetensors.index.json + shards (how large models are saved)."""
+    folder, path, tensors = copy_fixture(tmp_path, "hf_bert_model_gelu_new")
+    os.remove(path)
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for shard, shard_names in shards.items():
+        safetensors.numpy.save_file({n: tensors[n] for n in shard_names}, os.path.join(folder, shard))
+        weight_map.update({n: shard for n in shard_names})
+    with open(path + ".index.json", "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    inputs, want = recorded(folder)
+    model = load_task_model(folder, "encoder")
+    assert max_diff(model(inputs)["sequence_output"], want["last_hidden_state"]) < TOLERANCE
+
+
+def test_folder_without_pooler_keeps_a_fresh_one(caplog):
+    """BertForMaskedLM / BertForQuestionAnswering folders have no pooler; like
+    transformers, a classifier gets a freshly initialized one, said in one log line."""
+    folder = fixture("hf_bert_qa_gelu")
+    classifier = convert.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 2)
+    initial = classifier.bert_checkpoint_variables()["bert/pooler/dense/kernel"].numpy().copy()
+    with caplog.at_level("WARNING"):
+        classifier.load_bert_checkpoint(folder, skip_heads=True)
+    lines = [r.getMessage() for r in caplog.records if "kept as initialized" in r.getMessage()]
+    assert len(lines) == 1 and "bert.pooler.dense.weight" in lines[0]
+    np.testing.assert_array_equal(classifier.bert.pooler.kernel.numpy(), initial)
+    tensors = safetensors.numpy.load_file(os.path.join(folder, "model.safetensors"))
+    np.testing.assert_array_equal(classifier.bert.embeddings.word_embeddings.numpy(),
+                                  tensors["bert.embeddings.word_embeddings.weight"])
+
+
+def test_corrupt_safetensors_file_is_named(tmp_path):
+    folder, path, _ = copy_fixture(tmp_path)
+    with open(path, "wb") as f:
+        f.write((40).to_bytes(8, "little") + b"<html>not found</html>" + b" " * 30)
+    with pytest.raises(CheckpointError, match="is not a safetensors file"):
+        ckpt.resolve_checkpoint(folder)
