@@ -18,9 +18,13 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-# All tests, the slow end-to-end ones included (what CI runs).
+# All tests, the slow end-to-end ones included (what CI runs), then the backend-agnostic
+# layer tests (NumPy reference, Keras user) again on the JAX and PyTorch backends.
+BACKEND_TESTS := tests/test_layers_reference.py tests/test_layers_scores.py tests/test_keras_user.py
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+	KERAS_BACKEND=jax $(PY) -m pytest -q $(BACKEND_TESTS)
+	KERAS_BACKEND=torch $(PY) -m pytest -q $(BACKEND_TESTS)
 
 # Only the fast unit tests, for quick iteration.
 test-fast: $(STAMP)

@@ -16,6 +16,30 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 __version__ = "0.1.0"
 
+from realformer_tf.errors import UserError  # noqa: E402  (light: no TensorFlow)
+
+
+class BackendError(UserError):
+    """A TensorFlow-only feature was called under another Keras backend."""
+
+
+def require_tensorflow_backend(feature):
+    """Raises BackendError unless Keras runs on TensorFlow.
+
+    Args:
+      feature: what needs TensorFlow, for the message (e.g. "SavedModel export").
+    """
+    import keras
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise BackendError(
+            f"{feature} is TensorFlow only, but Keras runs on KERAS_BACKEND={backend!r};"
+            " set KERAS_BACKEND=tensorflow (the layers and BertModel themselves run on"
+            " any backend)"
+        )
+
+
 # Registration: importing these modules runs their @register_keras_serializable.
 from realformer_tf import layers  # noqa: E402,F401
 from realformer_tf import modeling  # noqa: E402,F401

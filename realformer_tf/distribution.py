@@ -6,6 +6,7 @@ import os
 import keras
 import tensorflow as tf
 
+from realformer_tf import require_tensorflow_backend
 from realformer_tf import tpu as tpu_lib
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
@@ -53,6 +54,7 @@ def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_proj
     """Builds the strategy. TPUs are found with TPUClusterResolver, as the original
     scripts' --tpu_name/--tpu_zone/--gcp_project did, within `tpu_timeout_s` seconds
     (see realformer_tf.tpu)."""
+    require_tensorflow_backend("tf.distribute training")
     name = resolve_strategy_name(distribution_strategy, tpu)
     if name == "tpu":
         resolver = tpu_lib.connect(tpu or "local", tpu_zone, gcp_project, tpu_timeout_s, tpu_flag_name)

@@ -75,6 +75,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from realformer_tf import checkpoint as ckpt
+from realformer_tf import require_tensorflow_backend
 from realformer_tf.data.records import InputError
 from realformer_tf.errors import UsageError
 from realformer_tf.families import get_family
@@ -520,6 +521,7 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
             temporary name and renamed into place, so a model server watching
             export_dir never sees a half-written version.
     """
+    require_tensorflow_backend("SavedModel export")
     family = family or get_family("bert")
     if task not in TASKS:
         raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")

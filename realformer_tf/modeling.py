@@ -134,6 +134,15 @@ class BertModel(_BertCheckpointIO, keras.Model):
     def _dummy_inputs(self):
         return {"input_ids": np.zeros([1, 2], np.int32)}
 
+    def build(self, input_shape=None):
+        """Creates every weight from the config alone (no input needed), so `fit` on
+        an unbuilt model works on every backend without tracing the call."""
+        hidden = self.config.hidden_size
+        self.embeddings.build((None, None))
+        self.encoder.build((None, None, hidden))
+        self.pooler.build((None, hidden))
+        self.built = True
+
     def call(self, inputs, training=None):
         if not isinstance(inputs, dict) or "input_ids" not in inputs:
             raise ValueError(
@@ -211,6 +220,12 @@ class _BertWithHead(_BertCheckpointIO, keras.Model):
     def _dummy_inputs(self):
         return {"input_ids": np.zeros([1, 2], np.int32)}
 
+    def build(self, input_shape=None):
+        """Builds the encoder and the heads (`_build_heads(hidden)`) from the config."""
+        self.bert.build()
+        self._build_heads(self.config.hidden_size)
+        self.built = True
+
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name}
 
@@ -243,6 +258,10 @@ class BertPretrainingModel(_BertWithHead):
 
     def _dummy_inputs(self):
         return {"input_ids": np.zeros([1, 2], np.int32), "masked_lm_positions": np.zeros([1, 1], np.int32)}
+
+    def _build_heads(self, hidden):
+        self.masked_lm.build((None, None, hidden))
+        self.next_sentence.build((None, hidden))
 
     def call(self, inputs, training=None):
         outputs = self.bert(inputs, training=training)
@@ -281,6 +300,9 @@ class BertClassifierModel(_BertWithHead):
             dtype=self.dtype_policy,
         )
 
+    def _build_heads(self, hidden):
+        self.classifier.build((None, hidden))
+
     def call(self, inputs, training=None):
         outputs = self.bert(inputs, training=training)
         pooled = self.dropout(outputs["pooled_output"], training=training)
@@ -316,6 +338,9 @@ class BertSquadModel(_BertWithHead):
         super().__init__(config, **kwargs)
         self.span = BertLogits(2, initializer_range=self.config.initializer_range, name="squad",
                                dtype=self.dtype_policy)
+
+    def _build_heads(self, hidden):
+        self.span.build((None, None, hidden))
 
     def call(self, inputs, training=None):
         outputs = self.bert(inputs, training=training)

@@ -95,10 +95,10 @@ def attention(
     q = dense(query, p["wq"], p["bq"])
     k = dense(memory, p["wk"], p["bk"])
     v = dense(memory, p["wv"], p["bv"])
-    d = q.shape[-1] // num_heads
+    d = q.shape[-1] // num_heads  # key_dim; values may have another head size
 
     def heads(x):  # [B, L, N*d] -> [B, N, L, d]
-        return x.reshape(x.shape[0], x.shape[1], num_heads, d).transpose(0, 2, 1, 3)
+        return x.reshape(x.shape[0], x.shape[1], num_heads, -1).transpose(0, 2, 1, 3)
 
     q, k, v = heads(q), heads(k), heads(v)
     scores = np.einsum("bnfd,bntd->bnft", q, k) / math.sqrt(d)
@@ -111,7 +111,7 @@ def attention(
     context = np.einsum("bnft,bntd->bnfd", probs, v)  # [B, N, F, d]
     if head_scale is not None and head_scale_position == "before_projection":
         context = context * head_scale[None, :, None, None]
-    context = context.transpose(0, 2, 1, 3).reshape(b, f, num_heads * d)
+    context = context.transpose(0, 2, 1, 3).reshape(b, f, -1)
     out = dense(context, p["wo"], p["bo"])
     if head_scale is not None and head_scale_position == "after_projection":
         width = out.shape[-1]
@@ -260,16 +260,23 @@ def _ln(layer):
     return (_np(layer.gamma), _np(layer.beta))
 
 
+def _bias(dense_layer):
+    """The layer's bias, or zeros for `use_bias=False`."""
+    if dense_layer.bias is None:
+        return np.zeros(dense_layer.kernel.shape[-1])
+    return _np(dense_layer.bias)
+
+
 def attention_params(layer):
     p = {
         "wq": _np(layer.query_dense.kernel),
-        "bq": _np(layer.query_dense.bias),
+        "bq": _bias(layer.query_dense),
         "wk": _np(layer.key_dense.kernel),
-        "bk": _np(layer.key_dense.bias),
+        "bk": _bias(layer.key_dense),
         "wv": _np(layer.value_dense.kernel),
-        "bv": _np(layer.value_dense.bias),
+        "bv": _bias(layer.value_dense),
         "wo": _np(layer.output_dense.kernel),
-        "bo": _np(layer.output_dense.bias),
+        "bo": _bias(layer.output_dense),
     }
     if getattr(layer, "use_head_scale", False):
         p["head_scale"] = _np(layer.head_scale)

@@ -155,6 +155,43 @@ def test_cross_attention_with_other_key_length_3d_mask_and_output_dim():
     ref.assert_close("attention/cross_3d_mask/scores", scores, want_scores, ATOL)
 
 
+@pytest.mark.parametrize("head_scale", [None, "before_projection"])
+def test_multi_head_attention_style_arguments_match_reference(head_scale):
+    """value_dim != key_dim, use_bias=False, output_shape and a separate key tensor, as
+    keras.layers.MultiHeadAttention takes them, plus Keras query/value/key masks."""
+    layer = ResidualMultiHeadAttention(
+        num_heads=N, key_dim=3, value_dim=5, use_bias=False, output_shape=(10,),
+        use_head_scale=head_scale is not None, head_scale_position=head_scale or
+        "before_projection", seed=3,
+    )
+    x, memory, key = _x(20), _x(21, (B, M, 9)), _x(22, (B, M, 6))
+    query_mask = ref.padding_mask(B, L, LENGTHS)
+    value_mask = ref.padding_mask(B, M, MEMORY_LENGTHS)
+    key_mask = np.ones((B, M), np.int32)
+    key_mask[:, 0] = 0
+    call = dict(key=key, query_mask=query_mask.astype(bool), value_mask=value_mask,
+                key_mask=key_mask)
+    layer(x, memory, **call)
+    ref.randomize_weights(layer, seed=23)
+    out, scores = layer(x, memory, **call)
+    assert layer.query_dense.bias is None and tuple(out.shape) == (B, L, 10)
+    p = ref.attention_params(layer)
+    mask = query_mask[:, :, None] * (value_mask * key_mask)[:, None, :]
+    # The reference projects keys and values from one memory tensor: give it both
+    # projections' inputs through block-diagonal kernels.
+    both = np.concatenate([memory, key], axis=-1).astype(np.float64)
+    p["wk"] = np.concatenate([np.zeros((9, p["wk"].shape[1])), p["wk"]])
+    p["wv"] = np.concatenate([p["wv"], np.zeros((6, p["wv"].shape[1]))])
+    want_out, want_scores = ref.attention(
+        x.astype(np.float64), both, p, N, attention_mask=mask, head_scale=p.get("head_scale"),
+    )
+    # Masked query rows attend uniformly to logits shifted by -10000, which float32
+    # rounds to ~1e-3 (as in BERT); only the real rows are meaningful.
+    real = query_mask.astype(bool)
+    ref.assert_close("attention/mha_args/out", ref.to_numpy(out)[real], want_out[real], ATOL)
+    ref.assert_close("attention/mha_args/scores", scores, want_scores, ATOL)
+
+
 def test_head_scale_placements_really_differ():
     """Both placements are checked against the reference above; here we make sure the
     test inputs distinguish them (non-uniform head scales and a non-block-diagonal W^O)."""

@@ -40,7 +40,8 @@ CASES = {
             num_heads=N, key_dim=5, output_dim=16, dropout=0.1, use_running_mean=True,
             layer_index=3, use_head_scale=True, head_scale_position="after_projection",
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.05),
-            bias_initializer="ones", name="attn"),
+            bias_initializer="ones", value_dim=6, kernel_regularizer=keras.regularizers.L2(1e-3),
+            bias_constraint="non_neg", seed=5, name="attn"),
         lambda layer: list(layer(X, MEMORY, attention_mask=MASK[:, :M], prev_scores=PREV[..., :M])),
     ),
     "encoder_block": (
@@ -55,7 +56,8 @@ CASES = {
     ),
     "encoder": (
         lambda: TransformerEncoder(
-            num_layers=2, **{k: v for k, v in NON_DEFAULT_BLOCK.items() if k != "layer_index"}),
+            num_layers=2, kernel_initializer="he_normal", bias_regularizer=keras.regularizers.L1(0.1),
+            **{k: v for k, v in NON_DEFAULT_BLOCK.items() if k != "layer_index"}),
         lambda layer: [layer(X, attention_mask=MASK)["sequence_output"]]
         + layer(X, attention_mask=MASK)["attention_scores"],
     ),
@@ -85,11 +87,26 @@ def test_get_config_from_config_round_trip(case):
         w.path.split("/", 1)[1] for w in layer.weights]
     clone.set_weights(layer.get_weights())
     for a, b in zip(run(clone), outputs):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_array_equal(ref.to_numpy(a), ref.to_numpy(b))
     # Also through Keras' generic (registered) serialization.
     revived = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(revived) is type(layer)
     assert revived.get_config() == config
+
+
+def test_weight_options_reach_every_projection():
+    """Blocks and stacks pass kernel/bias options to every Dense, as KerasHub layers do."""
+    encoder = TransformerEncoder(num_layers=2, num_heads=N, intermediate_size=I,
+                                 kernel_initializer="zeros", bias_initializer="ones",
+                                 kernel_regularizer=keras.regularizers.L2(0.5))
+    encoder(X)
+    dense = [layer for block in encoder.blocks for layer in (
+        block.attention.query_dense, block.attention.output_dense, block.intermediate_dense,
+        block.output_dense)]
+    for layer in dense:
+        assert not np.any(ref.to_numpy(layer.kernel)), layer.path
+        assert np.all(ref.to_numpy(layer.bias) == 1.0), layer.path
+    assert len(encoder.losses) == 2 * 6  # q, k, v, output, intermediate, output per block
 
 
 def test_config_preserves_every_option():
@@ -135,7 +152,7 @@ def test_keras_file_save_load_identical_outputs(tmp_path, kwargs):
     loaded = keras.saving.load_model(path, safe_mode=True)
     after = loaded(inputs, training=False)
     for key in ("sequence_output", "scores"):
-        np.testing.assert_array_equal(np.asarray(after[key]), np.asarray(before[key]))
+        np.testing.assert_array_equal(ref.to_numpy(after[key]), ref.to_numpy(before[key]))
     encoder = loaded.get_layer("encoder")
     assert isinstance(encoder, TransformerEncoder)
     assert encoder.get_config() == model.get_layer("encoder").get_config()

@@ -159,16 +159,14 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         )
 
     def _dense(self, units, name):
-        # Fresh initializer objects per projection: a shared seeded initializer would
-        # give query, key and value the same kernel.
+        # Fresh initializer objects per projection: a seeded initializer object shared
+        # by several layers gives them all the same kernel.
+        fresh = {k: keras.initializers.get(keras.initializers.serialize(getattr(self, k)))
+                 for k in _SERIALIZED}
+        shared = {k: getattr(self, k) for k in _REGULARIZERS + _CONSTRAINTS}
         return keras.layers.Dense(
-            units,
-            use_bias=self.use_bias,
-            name=name,
-            dtype=self.dtype_policy,
-            **{k: type(v).from_config(v.get_config()) for k, v in
-               ((k, getattr(self, k)) for k in _SERIALIZED)},
-            **{k: getattr(self, k) for k in _REGULARIZERS + _CONSTRAINTS},
+            units, use_bias=self.use_bias, name=name, dtype=self.dtype_policy,
+            **fresh, **shared,
         )
 
     def build(self, query_shape, value_shape=None, key_shape=None):

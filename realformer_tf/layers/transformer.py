@@ -200,8 +200,53 @@ class _BlockBase(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class TransformerEncoderBlock(_BlockBase):
-    """Self-attention + feed-forward block. Call: `block(x, attention_mask, prev_scores)`
-    -> `(output, scores)`."""
+    """Self-attention + feed-forward block with RealFormer residual scores.
+
+    Args:
+      num_heads: attention heads; must divide the hidden size (the input's last dim).
+      intermediate_size: width of the feed-forward layer.
+      hidden_act: feed-forward activation by BERT config name ("gelu" is BERT's tanh
+        approximation, "gelu_exact" the erf form, "relu", "swish", ...).
+      hidden_dropout: dropout on each sublayer's output.
+      attention_dropout: dropout on the attention probabilities.
+      layer_norm_type: "post" (BERT), "pre" or "normformer".
+      residual_attention: RealFormer's residual attention: add `prev_scores` to this
+        block's raw scores (False: ignore them; the block still returns its scores).
+      use_running_mean: divide the carried sum by `layer_index + 1` before the softmax.
+      layer_index: 0-based position of the block in its stack.
+      head_scale_position: NormFormer head scale "before_projection" (paper) or
+        "after_projection" (fairseq).
+      use_residual_scale: NormFormer's learned scale on the FFN residual.
+      initializer_range: stddev of the default TruncatedNormal kernel initializer.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 as BERT).
+      kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+        kernel_constraint, bias_constraint: for every projection (as in
+        `keras.layers.Dense`); `kernel_initializer=None` means
+        TruncatedNormal(initializer_range).
+
+    Call args:
+      x: [batch, seq_len, hidden] float input.
+      attention_mask: [batch, seq_len] or [batch, seq_len, seq_len], 1 = attend.
+      prev_scores: [batch, num_heads, seq_len, seq_len] carried scores of the previous
+        block, or None (first block).
+      training: dropout on or off.
+      mask: [batch, seq_len] Keras mask of `x` (filled in by Keras, e.g. after
+        `Embedding(mask_zero=True)`); combined with `attention_mask`.
+
+    Returns:
+      `(output, scores)`: [batch, seq_len, hidden] (keeps `x`'s Keras mask) and the
+      carried [batch, num_heads, seq_len, seq_len] scores for the next block.
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.random.rand(2, 5, 8).astype("float32")
+    >>> block0 = TransformerEncoderBlock(num_heads=2, intermediate_size=16)
+    >>> block1 = TransformerEncoderBlock(num_heads=2, intermediate_size=16, layer_index=1)
+    >>> y, scores = block0(x)
+    >>> y, scores = block1(y, prev_scores=scores)
+    >>> tuple(y.shape), tuple(scores.shape)
+    ((2, 5, 8), (2, 2, 5, 5))
+    """
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
@@ -247,9 +292,54 @@ class TransformerEncoderBlock(_BlockBase):
 class TransformerDecoderBlock(_BlockBase):
     """Causal self-attention + cross-attention + feed-forward.
 
-    Self- and cross-attention carry separate score paths (RealFormer on ADMIN):
-    `block(x, memory, self_attention_mask, memory_mask, prev_self_scores,
-    prev_cross_scores)` -> `(output, self_scores, cross_scores)`.
+    Self- and cross-attention carry separate score paths (RealFormer on ADMIN).
+
+    Args:
+      num_heads: attention heads; must divide the hidden size (the input's last dim).
+      intermediate_size: width of the feed-forward layer.
+      hidden_act: feed-forward activation by BERT config name ("gelu" is BERT's tanh
+        approximation, "gelu_exact" the erf form, "relu", "swish", ...).
+      hidden_dropout: dropout on each sublayer's output.
+      attention_dropout: dropout on the attention probabilities.
+      layer_norm_type: "post" (BERT), "pre" or "normformer".
+      residual_attention: RealFormer's residual attention: add `prev_scores` to this
+        block's raw scores (False: ignore them; the block still returns its scores).
+      use_running_mean: divide the carried sum by `layer_index + 1` before the softmax.
+      layer_index: 0-based position of the block in its stack.
+      head_scale_position: NormFormer head scale "before_projection" (paper) or
+        "after_projection" (fairseq).
+      use_residual_scale: NormFormer's learned scale on the FFN residual.
+      initializer_range: stddev of the default TruncatedNormal kernel initializer.
+      layer_norm_epsilon: LayerNorm epsilon (1e-12 as BERT).
+      kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
+        kernel_constraint, bias_constraint: for every projection (as in
+        `keras.layers.Dense`); `kernel_initializer=None` means
+        TruncatedNormal(initializer_range).
+
+    Call args:
+      x: [batch, target_len, hidden] decoder input.
+      memory: [batch, memory_len, memory_hidden] encoder output.
+      self_attention_mask: [batch, target_len] or [batch, target_len, target_len]
+        (1 = attend), combined with the causal mask.
+      memory_mask: [batch, memory_len] or [batch, target_len, memory_len]; Keras fills
+        it from `memory`'s Keras mask when not given.
+      prev_self_scores, prev_cross_scores: the previous block's carried scores of each
+        path, or None.
+      training: dropout on or off.
+
+    Returns:
+      `(output, self_scores, cross_scores)`: [batch, target_len, hidden],
+      [batch, num_heads, target_len, target_len], [batch, num_heads, target_len,
+      memory_len].
+
+    Example:
+    >>> import numpy as np
+    >>> x = np.random.rand(2, 4, 8).astype("float32")
+    >>> memory = np.random.rand(2, 6, 8).astype("float32")
+    >>> block = TransformerDecoderBlock(num_heads=2, intermediate_size=16)
+    >>> y, self_scores, cross_scores = block(x, memory)
+    >>> tuple(self_scores.shape), tuple(cross_scores.shape)
+    ((2, 2, 4, 4), (2, 2, 4, 6))
     """
 
     def build(self, x_shape, memory_shape=None):
