@@ -54,6 +54,10 @@ def define_model_flags():
     flags.DEFINE_float("weight_decay", 0.01, "Decoupled weight decay (not on LayerNorm/bias).")
     flags.DEFINE_integer("seed", None, "Seed for weights, dropout and data order.")
     flags.DEFINE_integer("keep_checkpoint_max", 5, "How many training checkpoints to keep.")
+    flags.DEFINE_enum("jit_compile", "auto", ("auto", "true", "false"),
+                      "Compile the per-replica train/eval steps with XLA; auto: on TPU and GPU, off on CPU.")
+    flags.DEFINE_integer("gradient_accumulation_steps", 1,
+                         "Batches of --train_batch_size per optimizer step (effective batch: their product).")
 
 
 def run(main):
@@ -153,6 +157,8 @@ def start_trainer(task, strategy, flags_, num_train_steps, num_warmup_steps, flo
     """The Trainer the flags describe, restored from --output_dir (or initialized by
     the task); prints which. Returns (trainer, restored checkpoint path or None)."""
     f = flags_
+    require(f.gradient_accumulation_steps >= 1,
+            f"--gradient_accumulation_steps={f.gradient_accumulation_steps}; use 1 or more")
     trainer = Trainer(
         task, strategy, f.output_dir,
         optimizer_fn=(lambda: optimization.create_optimizer(
@@ -162,6 +168,8 @@ def start_trainer(task, strategy, flags_, num_train_steps, num_warmup_steps, flo
         save_checkpoints_steps=f.save_checkpoints_steps,
         max_checkpoints_to_keep=f.keep_checkpoint_max,
         global_batch_size=f.train_batch_size,
+        jit_compile=f.jit_compile,
+        gradient_accumulation_steps=f.gradient_accumulation_steps,
     )
     resumed = trainer.restore_or_initialize(weights_only=not train)
     print(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
