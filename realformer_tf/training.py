@@ -145,24 +145,30 @@ class _OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
 
 
 def resolve_jit_compile(jit_compile, strategy=None):
-    """Whether the replica steps compile with XLA, from `True`/`False` or a string of
-    `JIT_COMPILE_CHOICES`.
+    """Which parts of a step compile with XLA: returns `(steps, update)`, whether the
+    per-replica forward+backward and eval steps do, and whether the optimizer update
+    (unscale, clip, apply) does.
 
-    The `"auto"` rule: compile on TPUs (TPUStrategy compiles every step with XLA anyway)
-    and on GPUs (XLA fuses the elementwise ops around the matmuls); do not compile on
-    CPUs, where XLA's step measured slower than TensorFlow's own kernels (oneDNN) for
-    every encoder variant (README, "Performance").
+    `jit_compile` is a bool or one of `JIT_COMPILE_CHOICES`. `"true"`: both; the update
+    only where one replica runs (a multi-replica update goes through the strategy's
+    cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
+    compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
+    elementwise ops around the matmuls); CPUs compile the update only: XLA fuses AdamW's
+    chain of elementwise passes into one, while its matmuls are slower than TensorFlow's
+    oneDNN kernels (on this project's 2-core CPU the compiled forward+backward took 1.8x
+    as long and the compiled update cut a step by 15%; README, "Performance").
     """
-    if isinstance(jit_compile, str):
-        value = jit_compile.strip().lower()
-        if value not in JIT_COMPILE_CHOICES:
-            raise ValueError(f"jit_compile={jit_compile!r}; use one of {', '.join(JIT_COMPILE_CHOICES)}")
-        if value != "auto":
-            return value == "true"
-        if isinstance(strategy, tf.distribute.TPUStrategy):
-            return True
-        return bool(tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
-    return bool(jit_compile)
+    one_replica = strategy is None or strategy.num_replicas_in_sync == 1
+    if not isinstance(jit_compile, str):
+        return bool(jit_compile), bool(jit_compile) and one_replica
+    value = jit_compile.strip().lower()
+    if value not in JIT_COMPILE_CHOICES:
+        raise ValueError(f"jit_compile={jit_compile!r}; use one of {', '.join(JIT_COMPILE_CHOICES)}")
+    if value == "auto":
+        accelerator = isinstance(strategy, tf.distribute.TPUStrategy) or bool(
+            tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+        return accelerator, one_replica
+    return value == "true", value == "true" and one_replica
 
 
 class Trainer:
@@ -179,8 +185,8 @@ class Trainer:
         clip_norm: clip the global gradient norm to this (None/0: no clipping).
         global_batch_size: examples per batch over all replicas (for the progress line).
         jit_compile: `"auto"`, `"true"`, `"false"` or a bool: compile the per-replica
-            forward+backward and the eval step with XLA (`resolve_jit_compile` states
-            the `"auto"` rule).
+            forward+backward and eval step, and the optimizer update, with XLA
+            (`resolve_jit_compile` states what `"auto"` picks where).
         gradient_accumulation_steps: batches per optimizer step; the gradients of
             `gradient_accumulation_steps` batches of `global_batch_size` are summed and
             applied once, exactly as one batch of their total size would be.
@@ -204,7 +210,7 @@ class Trainer:
             raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps}; use 1 or more")
         self.task = task
         self.gradient_accumulation_steps = int(gradient_accumulation_steps)
-        self.jit_compile = resolve_jit_compile(jit_compile, strategy)
+        self.jit_compile, self.jit_compile_update = resolve_jit_compile(jit_compile, strategy)
         self._compiled = {}
         self.strategy = strategy
         self.model_dir = model_dir
@@ -335,14 +341,23 @@ class Trainer:
 
     def _apply_gradients(self, grads):
         variables = self.model.trainable_variables
-        scale = getattr(self.optimizer, "dynamic_scale", None)
         # Layers a task does not use (e.g. the pooler under a span head) get no gradient.
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         # Clip the global gradient (summed over replicas), not each replica's share:
         # reduce here, then hand Keras 1/N of it, whose own cross-replica sum restores it.
+        grads = tf.distribute.get_replica_context().all_reduce("SUM", grads)
+        if not self.jit_compile_update:
+            return self.update(grads, variables)
+        key = ("update", tuple(id(v) for v in variables))  # the same set on every trace
+        if key not in self._compiled:
+            self._compiled[key] = tf.function(lambda g: self.update(g, variables), jit_compile=True)
+        return self._compiled[key](grads)
+
+    def update(self, grads, variables):
+        """The optimizer step from the replica-summed (loss-scaled) gradients."""
         context = tf.distribute.get_replica_context()
-        grads = context.all_reduce("SUM", grads)
+        scale = getattr(self.optimizer, "dynamic_scale", None)
         if scale is not None:
             grads = [g / tf.cast(scale, g.dtype) for g in grads]
         if self.clip_norm:

@@ -86,6 +86,7 @@ def train(strategy, variant, jit_compile, model_dir, steps=2, dropout=0.1, float
 
 def check_trained(trainer, metrics, evaluation, start, steps=2):
     assert trainer.jit_compile is True
+    assert trainer.jit_compile_update is (trainer.strategy.num_replicas_in_sync == 1)
     assert int(trainer.global_step.numpy()) == steps
     assert np.isfinite(metrics["loss"]) and metrics["loss"] > 0, metrics
     assert np.isfinite(evaluation["loss"]) and evaluation["loss"] > 0, evaluation
@@ -128,7 +129,7 @@ def test_compiled_step_matches_the_uncompiled_one(tmp_path):
     strategy = tf.distribute.get_strategy()
     plain, plain_metrics, plain_eval, start = train(strategy, "realformer_normformer", False, str(tmp_path / "a"),
                                                     steps=3, dropout=0.0)
-    assert plain.jit_compile is False
+    assert (plain.jit_compile, plain.jit_compile_update) == (False, False)
     xla, xla_metrics, xla_eval, xla_start = train(strategy, "realformer_normformer", True, str(tmp_path / "b"),
                                                   steps=3, dropout=0.0, initial=start)
     assert all(np.array_equal(a, b) for a, b in zip(start, xla_start))
@@ -146,9 +147,17 @@ def test_jit_compile_values():
 
     from realformer_tf.training import resolve_jit_compile
 
-    assert resolve_jit_compile("true") is True and resolve_jit_compile(False) is False
-    # This machine has no GPU or TPU: auto leaves CPU steps uncompiled.
-    assert resolve_jit_compile("auto", tf.distribute.get_strategy()) is bool(tf.config.list_logical_devices("GPU"))
+    class TwoReplicas:
+        num_replicas_in_sync = 2
+
+    default = tf.distribute.get_strategy()
+    assert resolve_jit_compile("true", default) == (True, True)
+    assert resolve_jit_compile(True, TwoReplicas()) == (True, False)  # a merged update stays uncompiled
+    assert resolve_jit_compile("FALSE", default) == (False, False)
+    # No GPU or TPU here: auto compiles the optimizer update only, on one replica.
+    assert not tf.config.list_logical_devices("GPU")
+    assert resolve_jit_compile("auto", default) == (False, True)
+    assert resolve_jit_compile("auto", TwoReplicas()) == (False, False)
     with pytest.raises(ValueError, match="jit_compile='yes'; use one of auto, true, false"):
         resolve_jit_compile("yes")
 
