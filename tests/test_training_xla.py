@@ -61,8 +61,10 @@ def dataset_fn_for(variant, config):
     return dataset_fn
 
 
-def train(strategy, variant, jit_compile, model_dir, steps=2, dropout=0.1, float16=False, initial=None):
-    """Trains `steps` steps; returns (trainer, train metrics, eval metrics, start weights)."""
+def train(strategy, variant, jit_compile, model_dir, steps=2, dropout=0.1, float16=False, initial=None,
+          evaluate=True):
+    """Trains `steps` steps; returns (trainer, train metrics, eval metrics or None, start
+    weights)."""
     import keras
 
     from realformer_tf import optimization
@@ -80,7 +82,7 @@ def train(strategy, variant, jit_compile, model_dir, steps=2, dropout=0.1, float
     start = [w.copy() for w in trainer.model.get_weights()]
     dataset_fn = dataset_fn_for(variant, config)
     metrics = trainer.train(dataset_fn, steps, log_fn=lambda _: None)
-    evaluation = trainer.evaluate(dataset_fn, 1)
+    evaluation = trainer.evaluate(dataset_fn, 1) if evaluate else None
     return trainer, metrics, evaluation, start
 
 
@@ -89,7 +91,7 @@ def check_trained(trainer, metrics, evaluation, start, steps=2):
     assert trainer.jit_compile_update is (trainer.strategy.num_replicas_in_sync == 1)
     assert int(trainer.global_step.numpy()) == steps
     assert np.isfinite(metrics["loss"]) and metrics["loss"] > 0, metrics
-    assert np.isfinite(evaluation["loss"]) and evaluation["loss"] > 0, evaluation
+    assert evaluation is None or (np.isfinite(evaluation["loss"]) and evaluation["loss"] > 0), evaluation
     end = trainer.model.get_weights()
     assert all(np.isfinite(w.astype(np.float32)).all() for w in end)
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(start, end)) > 1e-4  # it trained
@@ -175,9 +177,10 @@ from realformer_tf import distribution
 
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 report = {}
-for variant, precision in CASES:
+for variant, precision, evaluate in CASES:
     distribution.set_mixed_precision(precision)
-    trainer, metrics, evaluation, start = t.train(mirrored, variant, True, f"{OUT}/{variant}-{precision}")
+    trainer, metrics, evaluation, start = t.train(mirrored, variant, True, f"{OUT}/{variant}-{precision}",
+                                                  evaluate=evaluate)
     t.check_trained(trainer, metrics, evaluation, start)
     report[f"{variant}-{precision}"] = metrics["loss"]
 distribution.set_mixed_precision("none")
@@ -187,11 +190,14 @@ print(json.dumps(report))
 
 @pytest.mark.slow
 def test_every_variant_trains_compiled_under_mirrored_strategy(tmp_path):
-    cases = [(v, "none") for v in [*VARIANTS, "etc"]] + [("realformer_normformer", "bfloat16")]
+    # Every variant trains; the compiled eval step (the same mechanism) runs for two, and
+    # mixed precision for one, to keep the many per-replica XLA compilations in minutes.
+    cases = [(v, "none", v in ("realformer_normformer", "etc")) for v in [*VARIANTS, "etc"]]
+    cases.append(("vanilla", "bfloat16", False))
     code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
     proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=h.script_env(), capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=1500)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"mirrored, compiled: train losses {report}")
-    assert sorted(report) == sorted(f"{v}-{p}" for v, p in cases)
+    assert sorted(report) == sorted(f"{v}-{p}" for v, p, _ in cases)
