@@ -154,9 +154,10 @@ def resolve_jit_compile(jit_compile, strategy=None):
     cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
     compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
     elementwise ops around the matmuls); CPUs compile the update only: XLA fuses AdamW's
-    chain of elementwise passes into one, while its matmuls are slower than TensorFlow's
-    oneDNN kernels (on this project's 2-core CPU the compiled forward+backward took 1.8x
-    as long and the compiled update cut a step by 15%; README, "Performance").
+    chain of elementwise passes, while its matmuls are slower than TensorFlow's oneDNN
+    kernels (benchmarks/benchmark_jit.py, BERT pretraining step on a 2-core CPU: the
+    compiled update 0.98x the time of no XLA, everything compiled 1.2-1.8x; README,
+    "Performance").
     """
     one_replica = strategy is None or strategy.num_replicas_in_sync == 1
     if not isinstance(jit_compile, str):
