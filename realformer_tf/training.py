@@ -153,11 +153,11 @@ def resolve_jit_compile(jit_compile, strategy=None):
     only where one replica runs (a multi-replica update goes through the strategy's
     cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
     compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
-    elementwise ops around the matmuls); CPUs compile the update only: XLA fuses AdamW's
-    chain of elementwise passes, while its matmuls are slower than TensorFlow's oneDNN
-    kernels (benchmarks/benchmark_jit.py, BERT pretraining step on a 2-core CPU: the
-    compiled update 0.98x the time of no XLA, everything compiled 1.2-1.8x; README,
-    "Performance").
+    elementwise ops around the matmuls); CPUs compile nothing: XLA's CPU matmuls are
+    slower than TensorFlow's oneDNN kernels, and fusing the update did not pay either
+    (benchmarks/benchmark_jit.py, the BERT pretraining Trainer step on a 2-core CPU:
+    everything compiled 1.2-2.1x the time of no XLA, the update alone 0.96-1.07x;
+    README, "Performance").
     """
     one_replica = strategy is None or strategy.num_replicas_in_sync == 1
     if not isinstance(jit_compile, str):
@@ -168,7 +168,7 @@ def resolve_jit_compile(jit_compile, strategy=None):
     if value == "auto":
         accelerator = isinstance(strategy, tf.distribute.TPUStrategy) or bool(
             tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
-        return accelerator, one_replica
+        return accelerator, accelerator and one_replica
     return value == "true", value == "true" and one_replica
 
 
@@ -275,10 +275,14 @@ class Trainer:
         return lr.numpy() if hasattr(lr, "numpy") else lr
 
     # -- per-replica steps --------------------------------------------------------------
+    # Plain Python wrappers: autograph must not convert them (it mixed up the two, whose
+    # bodies differ in one name, when several Trainers lived in one process).
+    @tf.autograph.experimental.do_not_convert
     def train_gradients_fn(self, features, counts):
         """`replica_gradients`, compiled with XLA when `jit_compile`."""
         return self._maybe_compiled(self.replica_gradients)(features, counts)
 
+    @tf.autograph.experimental.do_not_convert
     def eval_step_fn(self, features):
         """`replica_eval_step`, compiled with XLA when `jit_compile`."""
         return self._maybe_compiled(self.replica_eval_step)(features)

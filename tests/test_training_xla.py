@@ -156,9 +156,9 @@ def test_jit_compile_values():
     assert resolve_jit_compile("true", default) == (True, True)
     assert resolve_jit_compile(True, TwoReplicas()) == (True, False)  # a merged update stays uncompiled
     assert resolve_jit_compile("FALSE", default) == (False, False)
-    # No GPU or TPU here: auto compiles the optimizer update only, on one replica.
+    # No GPU or TPU here: auto compiles nothing (slower on CPU).
     assert not tf.config.list_logical_devices("GPU")
-    assert resolve_jit_compile("auto", default) == (False, True)
+    assert resolve_jit_compile("auto", default) == (False, False)
     assert resolve_jit_compile("auto", TwoReplicas()) == (False, False)
     with pytest.raises(ValueError, match="jit_compile='yes'; use one of auto, true, false"):
         resolve_jit_compile("yes")
