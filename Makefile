@@ -36,7 +36,7 @@ bench: $(STAMP)
 	    --variants vanilla,realformer,normformer,realformer_normformer,model_garden,vanilla+fused_ffn,normformer+fused_ffn,realformer_normformer+fused_ffn \
 	    --json_out benchmarks/results/latest_small.json --markdown_out benchmarks/results/latest_small.md
 	$(PY) benchmarks/benchmark_jit.py --repeats 14 --json_out benchmarks/results/latest_jit.json
-	$(PY) benchmarks/benchmark_limit.py --repeats 5 --json_out benchmarks/results/latest_limit.json
+	$(PY) benchmarks/benchmark_limit.py --repeats 4 --json_out benchmarks/results/latest_limit.json
 
 clean:
 	rm -rf demo_output
