@@ -204,3 +204,39 @@ def test_accumulation_under_mirrored_strategy_equals_one_large_batch_on_one_devi
         print(f"mirrored accumulation vs one device, {name}: {r}")
         check(r, name)
     assert len(report) == len(cases)
+
+
+@pytest.mark.slow
+def test_a_resumed_accumulating_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    """Checkpoints fall between optimizer steps, and a resumed run skips the
+    global_step x N batches consumed before: stop at step 2 of 4 (N=2, dropout on),
+    resume, and end where an uninterrupted run ends."""
+    import keras
+    import tensorflow as tf
+
+    from realformer_tf import optimization
+    from realformer_tf.data import pretraining as pretraining_data
+    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.training import Trainer
+
+    path = h.write_pretraining_records(tmp_path / "train.tfrecord", 40, SEQ, PRED)
+    data_fn = pretraining_data.make_dataset_fn([path], SEQ, PRED, MICRO, is_training=True, seed=5)
+
+    def run(model_dir, steps, dataset_fn=data_fn):
+        keras.utils.set_random_seed(11)
+        trainer = Trainer(PretrainingTask(h.tiny_config(intermediate_size=24)), tf.distribute.get_strategy(),
+                          str(model_dir), optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, 4, 0),
+                          steps_per_loop=2, save_checkpoints_steps=2, gradient_accumulation_steps=2)
+        trainer.restore_or_initialize()
+        trainer.train(dataset_fn, steps, log_fn=lambda _: None)
+        return trainer, [w.numpy() for w in trainer.model.weights]
+
+    _, uninterrupted = run(tmp_path / "full", 4)
+    run(tmp_path / "parts", 2)
+    resumed, weights = run(tmp_path / "parts", 4)
+    assert int(resumed.global_step.numpy()) == 4
+    assert max(float(np.abs(a - b).max()) for a, b in zip(weights, uninterrupted)) <= 1e-6
+    # The control: skipping global_step batches instead of global_step x N ends elsewhere.
+    run(tmp_path / "wrong", 2)
+    _, wrong = run(tmp_path / "wrong", 4, lambda ctx, start_step: data_fn(ctx, start_step=start_step // 2))
+    assert max(float(np.abs(a - b).max()) for a, b in zip(wrong, uninterrupted)) > 1e-4
