@@ -2,7 +2,8 @@
 same weights, learning rate, global step and metrics, for BERT pretraining (masked-LM
 loss divided by a count that differs between the micro-batches) and the classifier
 (padding examples excluded), with SGD (not invariant to the gradient's scale), AdamW
-with BERT's schedule, gradient clipping, dynamic loss scaling, and MirroredStrategy."""
+with BERT's schedule, gradient clipping, dynamic loss scaling, and MirroredStrategy; a
+resumed accumulating run continues the data exactly; the flag's error message."""
 
 import json
 import os
@@ -240,3 +241,13 @@ def test_a_resumed_accumulating_run_ends_with_the_weights_of_an_uninterrupted_on
     run(tmp_path / "wrong", 2)
     _, wrong = run(tmp_path / "wrong", 4, lambda ctx, start_step: data_fn(ctx, start_step=start_step // 2))
     assert max(float(np.abs(a - b).max()) for a, b in zip(wrong, uninterrupted)) > 1e-4
+
+
+def test_the_flag_is_checked_with_one_clear_error(tmp_path):
+    records = h.write_pretraining_records(tmp_path / "r.tfrecord", 8, SEQ, PRED)
+    args = h.flags(input_file=records, output_dir=tmp_path / "out", do_train=True,
+                   bert_config_file=h.write_config(tmp_path / "c.json"), train_batch_size=4, max_seq_length=SEQ,
+                   max_predictions_per_seq=PRED, num_train_steps=1, gradient_accumulation_steps=0)
+    proc = h.run_script("run_pretraining.py", *args)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "error: --gradient_accumulation_steps=0; use 1 or more"
