@@ -48,6 +48,10 @@ def define_model_flags():
     flags.DEFINE_float("weight_decay", 0.01, "Decoupled weight decay (not on LayerNorm/bias).")
     flags.DEFINE_integer("seed", None, "Seed for weights, dropout and data order.")
     flags.DEFINE_integer("keep_checkpoint_max", 5, "How many training checkpoints to keep.")
+    flags.DEFINE_enum("jit_compile", "auto", ("auto", "true", "false"),
+                      "Compile the per-replica train/eval steps with XLA; auto: on TPU and GPU, off on CPU.")
+    flags.DEFINE_integer("gradient_accumulation_steps", 1,
+                         "Batches of --train_batch_size per optimizer step (effective batch: their product).")
 
 
 def _define_tpu_flags():

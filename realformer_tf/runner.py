@@ -66,6 +66,8 @@ class RunOptions:
     master: Optional[str] = None
     tpu_timeout_s: int = 60
     export_dir: Optional[str] = None
+    jit_compile: str = "auto"
+    gradient_accumulation_steps: int = 1
 
 
 class Job:
@@ -235,13 +237,23 @@ def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, fl
             o.optimizer, o.learning_rate, max(num_train_steps, 1), num_warmup_steps,
             weight_decay=o.weight_decay, float16_loss_scaling=float16)
 
+    require(o.gradient_accumulation_steps >= 1,
+            f"--gradient_accumulation_steps={o.gradient_accumulation_steps}; use 1 or more")
     trainer = Trainer(task, strategy, o.output_dir, optimizer_fn=optimizer_fn if o.do_train else None,
                       steps_per_loop=o.iterations_per_loop, save_checkpoints_steps=o.save_checkpoints_steps,
-                      max_checkpoints_to_keep=o.keep_checkpoint_max, global_batch_size=o.train_batch_size)
+                      max_checkpoints_to_keep=o.keep_checkpoint_max, global_batch_size=o.train_batch_size,
+                      jit_compile=o.jit_compile, gradient_accumulation_steps=o.gradient_accumulation_steps)
     resumed = trainer.restore_or_initialize(weights_only=not o.do_train)
     log(f"Resumed from {resumed} at step {int(trainer.global_step.numpy())}" if resumed
         else (trainer.init_message or "Training from scratch (no --init_checkpoint)"))
     return trainer, resumed
+
+
+def epochs_to_steps(num_examples, options):
+    """Optimizer steps for `num_train_epochs` over `num_examples`: each step reads
+    train_batch_size x gradient_accumulation_steps examples."""
+    batch = options.train_batch_size * options.gradient_accumulation_steps
+    return int(num_examples / batch * options.num_train_epochs)
 
 
 def options_from(options_class, values):

@@ -11,6 +11,13 @@ told the step it starts at), so it ends where an uninterrupted run would.
 A task supplies the model and, per batch, `{metric: (sum, count)}` pairs; the loss is
 the sum of the means of the task's `loss_terms`, each normalized by the count over the
 whole global batch, so N replicas compute exactly what one device would.
+
+Two options change how a step runs, not what it computes. `jit_compile` compiles the
+per-replica forward+backward (and the eval step) with XLA. `gradient_accumulation_steps`
+= N sums the gradients of N consecutive batches before one optimizer step: the same
+update as one N-times larger batch (each loss term is divided by its count over all N
+batches and all replicas, the sum is clipped once, global_step and the learning rate
+advance once).
 """
 
 import math
@@ -36,6 +43,10 @@ def _orbit_log(message):
 
 
 orbit.controller._log = _orbit_log  # a module function orbit looks up on each call
+
+# The local host's CPU: where the float64 metric sums live (never on a TPU/GPU).
+_HOST = "/device:CPU:0"
+JIT_COMPILE_CHOICES = ("auto", "true", "false")
 
 
 class Task:
@@ -64,13 +75,15 @@ class NonFiniteLossError(UserError, RuntimeError):
 
 
 class _MetricAccumulator:
-    """Sums of (sum, count) pairs over steps, kept in variables so they can be updated
-    inside the compiled loop."""
+    """Sums of (sum, count) pairs over steps, kept in float64 variables on the host's CPU
+    (TPUs have no float64; the sums arrive there already reduced over the replicas),
+    so they can be updated inside orbit's compiled loop but outside the replica step."""
 
     def __init__(self, names):
         self.names = tuple(names)
-        self.sums = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
-        self.counts = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
+        with tf.device(_HOST):
+            self.sums = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
+            self.counts = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
 
     def reset(self):
         for n in self.names:
@@ -78,17 +91,14 @@ class _MetricAccumulator:
             self.counts[n].assign(0.0)
 
     def add(self, strategy, per_replica_sums):
-        reduced = {
-            n: [tf.cast(strategy.reduce("SUM", x, axis=None), tf.float64) for x in per_replica_sums[n]]
-            for n in self.names
-        }
+        reduced = {n: [strategy.reduce("SUM", x, axis=None) for x in per_replica_sums[n]] for n in self.names}
         # A count that does not depend on the data (a static batch size) must not be added
         # when reading the batch fails at the end of the data: gate every update on all
         # the reduced values.
-        with tf.control_dependencies(tf.nest.flatten(reduced)):
+        with tf.control_dependencies(tf.nest.flatten(reduced)), tf.device(_HOST):
             for n in self.names:
-                self.sums[n].assign_add(reduced[n][0])
-                self.counts[n].assign_add(reduced[n][1])
+                self.sums[n].assign_add(tf.cast(reduced[n][0], tf.float64))
+                self.counts[n].assign_add(tf.cast(reduced[n][1], tf.float64))
 
     def means(self, loss_terms):
         values = {n: float(self.sums[n].numpy() / max(self.counts[n].numpy(), 1e-12)) for n in self.names}
@@ -113,7 +123,9 @@ class _OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
         self.train_metrics.reset()
 
     def train_step(self, iterator):
-        self.train_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_train_step, (next(iterator),)))
+        # One optimizer step: the next gradient_accumulation_steps batches.
+        batches = tuple(next(iterator) for _ in range(self._t.gradient_accumulation_steps))
+        self.train_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_train_step, (batches,)))
 
     def train_loop_end(self):
         values = self.train_metrics.means(self._t.task.loss_terms)
@@ -127,14 +139,60 @@ class _OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
         self.eval_metrics.reset()
 
     def eval_step(self, iterator):
-        self.eval_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_eval_step, (next(iterator),)))
+        self.eval_metrics.add(self._t.strategy, self._t.strategy.run(self._t.eval_step_fn, (next(iterator),)))
 
     def eval_end(self):
         return self.eval_metrics.means(self._t.task.loss_terms)
 
 
+def resolve_jit_compile(jit_compile, strategy=None):
+    """Which parts of a step compile with XLA: returns `(steps, update)`, whether the
+    per-replica forward+backward and eval steps do, and whether the optimizer update
+    (unscale, clip, apply) does.
+
+    `jit_compile` is a bool or one of `JIT_COMPILE_CHOICES`. `"true"`: both; the update
+    only where one replica runs (a multi-replica update goes through the strategy's
+    cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
+    compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
+    elementwise ops around the matmuls); CPUs compile nothing: XLA's CPU matmuls are
+    slower than TensorFlow's oneDNN kernels, and fusing the update did not pay either
+    (benchmarks/benchmark_jit.py, the BERT pretraining Trainer step on a 2-core CPU:
+    everything compiled 1.2-2.1x the time of no XLA, the update alone 0.96-1.07x;
+    README, "Performance").
+    """
+    one_replica = strategy is None or strategy.num_replicas_in_sync == 1
+    if not isinstance(jit_compile, str):
+        return bool(jit_compile), bool(jit_compile) and one_replica
+    value = jit_compile.strip().lower()
+    if value not in JIT_COMPILE_CHOICES:
+        raise ValueError(f"jit_compile={jit_compile!r}; use one of {', '.join(JIT_COMPILE_CHOICES)}")
+    if value == "auto":
+        accelerator = isinstance(strategy, tf.distribute.TPUStrategy) or bool(
+            tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+        return accelerator, accelerator and one_replica
+    return value == "true", value == "true" and one_replica
+
+
 class Trainer:
-    """Runs a Task under a tf.distribute strategy with checkpoints in `model_dir`."""
+    """Runs a Task under a tf.distribute strategy with checkpoints in `model_dir`.
+
+    Args:
+        task: the `Task` (model, metrics and loss terms).
+        strategy: a `tf.distribute.Strategy`.
+        model_dir: where checkpoints are written and resumed from.
+        optimizer_fn: builds the optimizer (None: evaluation/prediction only).
+        steps_per_loop: optimizer steps per compiled loop call (orbit).
+        save_checkpoints_steps: checkpoint interval, in optimizer steps.
+        max_checkpoints_to_keep: how many checkpoints the manager keeps.
+        clip_norm: clip the global gradient norm to this (None/0: no clipping).
+        global_batch_size: examples per batch over all replicas (for the progress line).
+        jit_compile: `"auto"`, `"true"`, `"false"` or a bool: compile the per-replica
+            forward+backward and eval step, and the optimizer update, with XLA
+            (`resolve_jit_compile` states what `"auto"` picks where).
+        gradient_accumulation_steps: batches per optimizer step; the gradients of
+            `gradient_accumulation_steps` batches of `global_batch_size` are summed and
+            applied once, exactly as one batch of their total size would be.
+    """
 
     def __init__(
         self,
@@ -147,8 +205,15 @@ class Trainer:
         max_checkpoints_to_keep=5,
         clip_norm=1.0,
         global_batch_size=None,
+        jit_compile="auto",
+        gradient_accumulation_steps=1,
     ):
+        if int(gradient_accumulation_steps) < 1:
+            raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps}; use 1 or more")
         self.task = task
+        self.gradient_accumulation_steps = int(gradient_accumulation_steps)
+        self.jit_compile, self.jit_compile_update = resolve_jit_compile(jit_compile, strategy)
+        self._compiled = {}
         self.strategy = strategy
         self.model_dir = model_dir
         self.steps_per_loop = max(1, int(steps_per_loop))
@@ -211,30 +276,94 @@ class Trainer:
         return lr.numpy() if hasattr(lr, "numpy") else lr
 
     # -- per-replica steps --------------------------------------------------------------
-    def _loss(self, sums):
-        context = tf.distribute.get_replica_context()
-        loss = 0.0
-        for term in self.task.loss_terms:
-            total, count = sums[term]
-            loss += total / tf.maximum(context.all_reduce("SUM", count), 1e-5)
-        return loss
+    # Plain Python wrappers: autograph must not convert them (it mixed up the two, whose
+    # bodies differ in one name, when several Trainers lived in one process).
+    @tf.autograph.experimental.do_not_convert
+    def train_gradients_fn(self, features, counts):
+        """`replica_gradients`, compiled with XLA when `jit_compile`."""
+        return self._maybe_compiled(self.replica_gradients)(features, counts)
 
-    def replica_train_step(self, features):
+    @tf.autograph.experimental.do_not_convert
+    def eval_step_fn(self, features):
+        """`replica_eval_step`, compiled with XLA when `jit_compile`."""
+        return self._maybe_compiled(self.replica_eval_step)(features)
+
+    def _maybe_compiled(self, fn):
+        # Only what runs on one replica's data is compiled: a cross-replica sum under
+        # MirroredStrategy is a host-side merge that XLA cannot hold. One compiled
+        # function per replica: a trace captures that replica's copies of the variables.
+        if not self.jit_compile:
+            return fn
+        replica = tf.get_static_value(tf.distribute.get_replica_context().replica_id_in_sync_group)
+        key = (fn.__name__, None if replica is None else int(replica))
+        if key not in self._compiled:
+            self._compiled[key] = tf.function(fn, jit_compile=True)
+        return self._compiled[key]
+
+    def loss_counts(self, batches):
+        """{loss term: its count summed over `batches` and all replicas}: the divisor of
+        each loss term, known before any gradient is taken (the counts of BERT's tasks
+        depend on the features only; the inference forward pass this traces is unused
+        and pruned from the graph, leaving only the count arithmetic)."""
+        local = {t: 0.0 for t in self.task.loss_terms}
+        for features in batches:
+            outputs = self.model(features, training=False)
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(tf.nest.flatten(outputs))
+                sums = self.task.metric_sums(features, outputs)
+            for t in self.task.loss_terms:
+                if any(g is not None for g in tape.gradient(sums[t][1], tf.nest.flatten(outputs))):
+                    raise ValueError(
+                        f"{type(self.task).__name__}.metric_sums: the count of loss term {t!r} depends on "
+                        "the model outputs; a loss divisor must depend on the features only")
+                local[t] += sums[t][1]
+        context = tf.distribute.get_replica_context()
+        return {t: tf.maximum(context.all_reduce("SUM", c), 1e-5) for t, c in local.items()}
+
+    def replica_gradients(self, features, counts):
+        """Gradients (None for unused variables) of `sum over terms of sum / counts[term]`
+        for one replica's batch, multiplied by the dynamic loss scale if there is one,
+        and the batch's metric sums. No cross-replica communication."""
         variables = self.model.trainable_variables
         scale = getattr(self.optimizer, "dynamic_scale", None)
         with tf.GradientTape() as tape:
             outputs = self.model(features, training=True)
             sums = self.task.metric_sums(features, outputs)
-            loss = self._loss(sums)
+            loss = tf.add_n([sums[t][0] / counts[t] for t in self.task.loss_terms])
             scaled_loss = loss * tf.cast(scale, loss.dtype) if scale is not None else loss
-        grads = tape.gradient(scaled_loss, variables)
+        return tape.gradient(scaled_loss, variables), sums
+
+    def replica_train_step(self, batches):
+        """One optimizer step on `batches` (a tuple of gradient_accumulation_steps
+        per-replica batches); returns their summed metric sums."""
+        counts = self.loss_counts(batches)
+        grads, sums = None, None
+        for features in batches:
+            g, s = self.train_gradients_fn(features, counts)
+            grads = g if grads is None else [_add_gradients(a, b) for a, b in zip(grads, g)]
+            sums = s if sums is None else tf.nest.map_structure(tf.add, sums, s)
+        self._apply_gradients(grads)
+        return sums
+
+    def _apply_gradients(self, grads):
+        variables = self.model.trainable_variables
         # Layers a task does not use (e.g. the pooler under a span head) get no gradient.
         pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         # Clip the global gradient (summed over replicas), not each replica's share:
         # reduce here, then hand Keras 1/N of it, whose own cross-replica sum restores it.
+        grads = tf.distribute.get_replica_context().all_reduce("SUM", grads)
+        if not self.jit_compile_update:
+            return self.update(grads, variables)
+        key = ("update", tuple(id(v) for v in variables))  # the same set on every trace
+        if key not in self._compiled:
+            self._compiled[key] = tf.function(lambda g: self.update(g, variables), jit_compile=True)
+        return self._compiled[key](grads)
+
+    def update(self, grads, variables):
+        """The optimizer step from the replica-summed (loss-scaled) gradients."""
         context = tf.distribute.get_replica_context()
-        grads = context.all_reduce("SUM", grads)
+        scale = getattr(self.optimizer, "dynamic_scale", None)
         if scale is not None:
             grads = [g / tf.cast(scale, g.dtype) for g in grads]
         if self.clip_norm:
@@ -245,7 +374,6 @@ class Trainer:
         grads = [g * tf.cast(factor, g.dtype) for g in grads]
         self.optimizer.apply_gradients(zip(grads, variables))
         self.global_step.assign_add(1)
-        return sums
 
     def replica_eval_step(self, features):
         outputs = self.model(features, training=False)
@@ -255,14 +383,16 @@ class Trainer:
     def train(self, train_dataset_fn, num_train_steps, summary_dir=None, log_fn=print):
         """Trains until global step `num_train_steps`, checkpointing along the way.
 
-        `train_dataset_fn(input_context, start_step)` is told the global step training
-        starts at, so that a resumed run can continue the data where it stopped
+        `train_dataset_fn(input_context, start_step)` is told how many batches the
+        steps before this run consumed (global step x gradient_accumulation_steps), so
+        that a resumed run can continue the data where it stopped
         (records.make_dataset_fn replays a seeded order)."""
-        start_step = int(self.global_step.numpy())
+        start_step = int(self.global_step.numpy()) * self.gradient_accumulation_steps
         dataset = self.strategy.distribute_datasets_from_function(
             lambda input_context: train_dataset_fn(input_context, start_step=start_step))
         runner = _OrbitRunner(self, dataset, None)
-        progress = ProgressAction(self, num_train_steps, self.global_batch_size, log_fn)
+        examples_per_step = self.global_batch_size and self.global_batch_size * self.gradient_accumulation_steps
+        progress = ProgressAction(self, num_train_steps, examples_per_step, log_fn)
         controller = orbit.Controller(
             strategy=self.strategy,
             trainer=runner,
@@ -306,6 +436,23 @@ class Trainer:
             for k in keys:
                 collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+def _add_gradients(a, b):
+    """a + b for a variable's gradients; embedding gradients stay sparse (concatenated
+    slices, as TF sums them), an unused variable's stay None."""
+    if a is None:
+        return None
+    if isinstance(a, tf.IndexedSlices) or isinstance(b, tf.IndexedSlices):
+        a, b = (x if isinstance(x, tf.IndexedSlices) else _as_slices(x) for x in (a, b))
+        return tf.IndexedSlices(tf.concat([a.values, b.values], 0), tf.concat([a.indices, b.indices], 0),
+                                a.dense_shape)
+    return a + b
+
+
+def _as_slices(dense):
+    rows = tf.shape(dense, out_type=tf.int64)[0]
+    return tf.IndexedSlices(dense, tf.range(rows), tf.shape(dense, out_type=tf.int64))
 
 
 def is_chief(strategy):

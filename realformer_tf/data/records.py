@@ -102,17 +102,18 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
 
 
 def _skip_consumed(records, start_step, seed, records_per_step):
-    """Where a resumed run's data starts. With a seed the record order is a fixed
-    function of it, so skipping what the first `start_step` steps consumed (reading the
-    records, not decoding them) continues exactly where the interrupted run was; without
-    one the order is random anyway and a fresh shuffle serves as well."""
+    """Where a resumed run's data starts. `start_step` counts the batches already read
+    (the global step times the gradient accumulation steps). With a seed the record
+    order is a fixed function of it, so skipping what those batches consumed (reading
+    the records, not decoding them) continues exactly where the interrupted run was;
+    without one the order is random anyway and a fresh shuffle serves as well."""
     if not start_step:
         return records
     if seed is None:
-        print(f"Input: resumed at step {start_step} without --seed: reading a fresh shuffle", flush=True)
+        print(f"Input: resumed after {start_step} batches without --seed: reading a fresh shuffle", flush=True)
         return records
     skipped = start_step * records_per_step
-    print(f"Input: resumed at step {start_step}: skipping the {skipped} records read before "
+    print(f"Input: resumed after {start_step} batches: skipping the {skipped} records read before "
           "(the order is fixed by --seed)", flush=True)
     return records.skip(skipped)
 

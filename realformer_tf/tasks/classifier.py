@@ -156,9 +156,9 @@ class ClassifierJob(runner.Job):
         if not options.do_train:
             return 0, 0
         count = self.data["train"][1]
-        steps = max(1, int(count / options.train_batch_size * options.num_train_epochs))
+        steps = max(1, runner.epochs_to_steps(count, options))
         self.log(f"Training on {count} examples for {options.num_train_epochs} epochs = "
-                   f"{steps} steps of {options.train_batch_size}")
+                   f"{steps} steps of {options.train_batch_size * options.gradient_accumulation_steps}")
         return steps, int(steps * options.warmup_proportion)
 
     def _featurize(self, options, split, out_dir):

@@ -123,7 +123,7 @@ class SquadJob(runner.Job):
         self.predict_file = data.load_squad_file(o.predict_file, "predict_file", False, v2) if o.do_predict else None
         if o.do_train:
             self.examples = data.shuffle_examples(data.read_examples(self.train_file, True, v2))
-            require(int(len(self.examples) / o.train_batch_size * o.num_train_epochs) > 0,
+            require(runner.epochs_to_steps(len(self.examples), o) > 0,
                     f"{len(self.examples)} training examples / --train_batch_size={o.train_batch_size} * "
                     f"--num_train_epochs={o.num_train_epochs} is 0 steps; lower the batch size or raise the epochs")
 
@@ -141,7 +141,7 @@ class SquadJob(runner.Job):
         self.train_path = os.path.join(out_dir, "train.tf_record")
         count = data.write_training_features(examples, self.tokenizer, o.max_seq_length, o.doc_stride,
                                              o.max_query_length, self.train_path)
-        steps = int(len(examples) / o.train_batch_size * o.num_train_epochs)
+        steps = runner.epochs_to_steps(len(examples), o)
         warmup = int(steps * o.warmup_proportion)
         self.log("***** Running training *****\n"
                    f"  Num orig examples = {len(examples)}\n  Num split examples = {count}\n"
