@@ -175,7 +175,7 @@ def check_variant(name, strategy, size, steps, run_dir):
     trainer = make_trainer(config, strategy, model_dir, steps + 1)
     examples = synthetic_examples(2 * size.batch_size * strategy.num_replicas_in_sync, size)
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn(examples, config, size)))
-    step = compiled_step(trainer, trainer.replica_train_step)
+    step = compiled_step(trainer, lambda batch: trainer.replica_train_step((batch,)))  # one batch per step
 
     start = time.perf_counter()
     result.first_loss = mean_loss(trainer, step(iterator))  # reading the loss waits for the step

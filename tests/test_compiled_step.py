@@ -78,6 +78,11 @@ def make_trainer(task, tmp_path):
     return trainer
 
 
+def one_step(trainer):
+    """The per-replica optimizer step on one batch (no gradient accumulation)."""
+    return lambda batch: trainer.replica_train_step((batch,))
+
+
 def assert_tpu_ready(fn, batch, what):
     """XLA-compiles `fn(batch)` and checks its HLO and its TensorFlow graph."""
     hlo = fn.experimental_get_compiler_ir(batch)(stage="hlo")
@@ -128,7 +133,7 @@ def test_pretraining_steps_compile_for_tpu(variant, precision, tmp_path):
     trainer = make_trainer(task, tmp_path)
     batch, _ = pretraining_batches(tmp_path, config)
     what = f"{variant}/{precision}"
-    assert_tpu_ready(tf.function(trainer.replica_train_step, jit_compile=True), batch, what + "/train")
+    assert_tpu_ready(tf.function(one_step(trainer), jit_compile=True), batch, what + "/train")
     assert_tpu_ready(tf.function(trainer.replica_eval_step, jit_compile=True), batch, what + "/eval")
 
 
@@ -139,7 +144,7 @@ def test_classifier_and_squad_steps_compile_for_tpu(tmp_path):
     for is_training in (True, False):  # training, and eval/predict batches padded to full size
         batch = first_batches(records.make_dataset_fn(files, spec, B, is_training, pad_to_full_batches=not is_training))[0]
         trainer = make_trainer(ClassifierTask(config, 3, is_regression=False), tmp_path / f"glue{is_training}")
-        step = trainer.replica_train_step if is_training else trainer.replica_eval_step
+        step = one_step(trainer) if is_training else trainer.replica_eval_step
         assert_tpu_ready(tf.function(step, jit_compile=True), batch, f"classifier/{is_training}")
 
     spec = squad_data.feature_spec(L, is_training=True)
@@ -147,7 +152,7 @@ def test_classifier_and_squad_steps_compile_for_tpu(tmp_path):
                            dict(input_ids=SIZE.vocab_size, start_positions=L, end_positions=L, unique_ids=1000))
     batch = first_batches(records.make_dataset_fn(files, spec, B, True))[0]
     trainer = make_trainer(SquadTask(config), tmp_path / "squad")
-    assert_tpu_ready(tf.function(trainer.replica_train_step, jit_compile=True), batch, "squad/train")
+    assert_tpu_ready(tf.function(one_step(trainer), jit_compile=True), batch, "squad/train")
     predict = squad_data.make_predict_dataset_fn(files[0], L, 2 * B, B)
     first_batches(predict)
 
@@ -162,7 +167,7 @@ def test_steps_trace_once(variant, tmp_path):
     trainer = make_trainer(task, tmp_path)
     first, second = pretraining_batches(tmp_path, config)
     assert not all(np.array_equal(first[k], second[k]) for k in first)
-    step = tf.function(trainer.replica_train_step, jit_compile=True)
+    step = tf.function(one_step(trainer), jit_compile=True)
     learning_rates = []
     for batch in (first, second):
         sums = step(batch)
