@@ -276,7 +276,7 @@ class ServingFunctions:
                  family=None, input_options=None):
         self.model = model
         # The family turns the BERT-layout features into its model's inputs (ETC: global
-        # tokens, masks, relative ids), in the graph; ETC needs a static length.
+        # tokens, masks, relative ids), in the graph.
         self.family = family or get_family("bert")
         self.input_options = input_options
         self.text_encoder = text_encoder
@@ -317,8 +317,9 @@ class ServingFunctions:
 
     def _model_outputs(self, features):
         features = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
-        if self.family.name == "bert":
-            return self.model(features, training=False)
+        if not self.family.static_length:
+            return self.model(self.family.adapt_features(features, self.model.config, self.input_options),
+                              training=False)
         # A fixed length: pad to max_seq_length, then cut the per-token outputs back.
         length = tf.shape(features["input_ids"])[1]
         padded = {k: tf.pad(v, [[0, 0], [0, self.max_seq_length - length]]) for k, v in features.items()}
@@ -536,7 +537,7 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
         "task": task, "model_type": family.name, "model": config.describe(),
         f"{family.name}_config": config.to_dict(), "do_lower_case": bool(do_lower_case),
         "max_seq_length": int(max_seq_length), "label_names": label_names,
-        "pad_to_max_seq_length": bool(pad_to_max_seq_length or family.name != "bert"),
+        "pad_to_max_seq_length": bool(pad_to_max_seq_length or family.static_length),
         "is_regression": bool(is_regression),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **(family.run_identity(input_options) if input_options is not None else {}),

@@ -3,6 +3,8 @@ checkpoint, the final original-named checkpoint)."""
 
 import os
 
+import tensorflow as tf
+
 from realformer_tf import checkpoint as ckpt
 from realformer_tf.errors import UsageError
 
@@ -25,6 +27,8 @@ class ModelFamily:
         export_tasks: the tasks `realformer_tf.export` can serve for this family.
         classifier_weights_name: the classifier head's [num_labels, hidden] weights.
         max_length_field: the config field that bounds the input length (0: none).
+        static_length: whether the model needs every batch padded to max_seq_length
+            (ETC's blocked layout and fixed global tokens); the serving graph pads then.
     """
 
     name = None
@@ -34,6 +38,7 @@ class ModelFamily:
     head_prefixes = {}
     export_tasks = ()
     max_length_field = None
+    static_length = False
     classifier_weights_name = None
 
     # -- configs ----------------------------------------------------------------------
@@ -130,7 +135,5 @@ class ModelFamily:
     def trained_checkpoint(self, output_dir):
         """What a run left in output_dir: its final checkpoint, else its latest
         training checkpoint (output_dir itself)."""
-        import tensorflow as tf
-
         final = os.path.join(output_dir, self.checkpoint_name)
         return final if tf.io.gfile.exists(final + ".index") else output_dir

@@ -20,6 +20,7 @@ class EtcFamily(ModelFamily):
     checkpoint_name = "etc_model.ckpt"
     config_name = "etc_config.json"
     max_length_field = "max_absolute_position_embeddings"
+    static_length = True
     export_tasks = ("classifier", "squad")
     classifier_weights_name = "classifier/output_weights"
     head_prefixes = {
