@@ -45,6 +45,7 @@ Evaluation runs in this process with the library's pretraining task and training
 available number of held-out batches.
 """
 
+import functools
 import json
 import os
 import sys
@@ -63,10 +64,11 @@ from absl import app, flags  # noqa: E402
 from realformer_tf import cli  # noqa: E402
 
 flags.DEFINE_string("output_dir", None, "Where every run, the report and the plots go.")
-flags.DEFINE_enum("budget", "small", ["toy", "small"], "Preset of model size, steps and batch sizes.")
+flags.DEFINE_enum("budget", "small", ["toy", "small", "study"], "Preset of the grid: model size, depths, "
+                  "seeds, steps, batch sizes, learning rates.")
 flags.DEFINE_string("variants", "all", "Comma-separated subset of post, pre, realformer, "
                     "realformer_mean, normformer, realformer_normformer (or 'all').")
-flags.DEFINE_string("probe_variants", "all", "Variants also trained at --high_learning_rate "
+flags.DEFINE_string("probe_variants", "all", "Variants also trained in the learning-rate sweep "
                     "(comma-separated subset of --variants, or 'all').")
 flags.DEFINE_string("train_input_file", None, "Pretraining TFRecords to train on.")
 flags.DEFINE_string("eval_input_file", None, "Held-out pretraining TFRecords to evaluate on.")
@@ -80,17 +82,30 @@ flags.DEFINE_string("vocab_file", None, "WordPiece vocab: needed with --text_fil
 flags.DEFINE_bool("do_lower_case", True, "For --text_file.")
 flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data.py's dupe_factor for the training text.")
 flags.DEFINE_integer("vocab_size", 30522, "Model vocab size when no --vocab_file is given.")
-flags.DEFINE_integer("seed", 1, "The same seed for every run (weights, dropout, data order).")
 flags.DEFINE_bool("analysis", True, "Run the attention analysis over the trained checkpoints.")
+flags.DEFINE_integer("workers", 2, "Runs trained at once, each in its own process (one per CPU core "
+                     "is fastest for small models).")
+flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A run's numbers are "
+                     "reproducible for a fixed thread count; rerun a single run with the same value.")
+flags.DEFINE_list("only", None, "Train only these runs (names as in results.md, e.g. "
+                  "post_L4_lr0.001_s1_n2500), to reproduce them; writes no report.")
+flags.DEFINE_string("worker", None, "Internal: 'k/n', this process is worker k of n.")
 # Overrides of the budget preset (None: the preset's value).
-flags.DEFINE_enum("model", None, ["tiny", "mini", "small"], "Model size preset.")
+flags.DEFINE_enum("model", None, ["tiny", "narrow", "mini", "small"], "Model size preset.")
 flags.DEFINE_integer("num_train_steps", None, "Training steps per run.")
 flags.DEFINE_integer("train_batch_size", None, "Training batch size.")
 flags.DEFINE_integer("num_warmup_steps", None, "Linear warmup steps.")
 flags.DEFINE_float("learning_rate", None, "The base learning rate.")
-flags.DEFINE_float("high_learning_rate", None, "The stability probe's learning rate (0: no probe).")
+flags.DEFINE_list("sweep_learning_rates", None, "The sweep's learning rates besides the base one "
+                  "(empty: no sweep).")
+flags.DEFINE_integer("sweep_train_steps", None, "Training steps of a sweep run (0: --num_train_steps).")
+flags.DEFINE_integer("sweep_warmup_steps", None, "Warmup steps of a sweep run (0: --num_warmup_steps).")
+flags.DEFINE_list("depths", None, "Layer counts to train every variant at (empty: the model preset's).")
+flags.DEFINE_list("seeds", None, "Seeds (weights, dropout, data order); every run is repeated per seed.")
+flags.DEFINE_list("sweep_seeds", None, "Seeds of the sweep (empty: --seeds).")
+flags.DEFINE_float("dropout", None, "Hidden and attention dropout of every model.")
 flags.DEFINE_integer("eval_batch_size", None, "Evaluation batch size.")
-flags.DEFINE_integer("max_eval_steps", None, "Evaluation batches.")
+flags.DEFINE_integer("max_eval_steps", None, "Evaluation batches (0: all held-out records).")
 flags.DEFINE_integer("iterations_per_loop", None, "Steps per compiled loop (= learning-curve interval).")
 flags.DEFINE_integer("save_checkpoints_steps", None, "Checkpoint interval (what a resume loses at most).")
 flags.DEFINE_integer("analysis_examples", None, "Held-out examples for the attention analysis.")
@@ -99,12 +114,25 @@ flags.DEFINE_integer("max_predictions_per_seq", None, "Must match the records.")
 FLAGS = flags.FLAGS
 
 
+LIST_TYPES = {"sweep_learning_rates": float, "depths": int, "seeds": int, "sweep_seeds": int}
+
+
 def _budget():
     from realformer_tf import experiments
 
     budget = experiments.BUDGETS[FLAGS.budget]
-    overrides = {f.name: FLAGS[f.name].value for f in dataclasses.fields(budget)
-                 if f.name in FLAGS and FLAGS[f.name].value is not None}
+    overrides = {}
+    for field in dataclasses.fields(budget):
+        value = FLAGS[field.name].value if field.name in FLAGS else None
+        if value is None:
+            continue
+        if field.name in LIST_TYPES:
+            try:
+                value = tuple(LIST_TYPES[field.name](v) for v in value)
+            except ValueError:
+                raise cli.UsageError(f"--{field.name}={','.join(value)}: expected a comma-separated list "
+                                     f"of {LIST_TYPES[field.name].__name__}s") from None
+        overrides[field.name] = value
     return dataclasses.replace(budget, **overrides)
 
 
@@ -175,78 +203,176 @@ def run_script_logged(script, flag_values, log_path):
     return proc.wait(), tail
 
 
-def main(argv):
-    del argv
-    import tensorflow as tf
-
-    from realformer_tf import experiments
-
-    cli.require(FLAGS.output_dir, "--output_dir is required")
-    try:
-        variants = experiments.parse_variants(FLAGS.variants)
-    except ValueError as e:
-        raise cli.UsageError(f"--variants: {e}") from None
-    try:
-        probe = variants if FLAGS.probe_variants == "all" else experiments.parse_variants(FLAGS.probe_variants)
-    except ValueError as e:
-        raise cli.UsageError(f"--probe_variants: {e}") from None
-    cli.require(set(probe) <= set(variants), "--probe_variants must be a subset of --variants")
-    budget = _budget()
-    cli.require(budget.model in experiments.MODEL_PRESETS, f"unknown model preset {budget.model}")
-    cli.require(budget.num_train_steps > 0, "--num_train_steps must be positive")
-    output_dir = os.path.abspath(FLAGS.output_dir) if "://" not in FLAGS.output_dir else FLAGS.output_dir
-    tf.io.gfile.makedirs(output_dir)
-
+def _check_inputs(budget, output_dir):
+    """(train_file, eval_file, data_note): the records given, or built from --text_file."""
     records_given = bool(FLAGS.train_input_file or FLAGS.eval_input_file)
     cli.require(records_given != bool(FLAGS.text_file),
                 "give either --train_input_file and --eval_input_file (TFRecords) or --text_file "
                 "(raw text, with --vocab_file)")
-    if records_given:
-        cli.require(FLAGS.train_input_file and FLAGS.eval_input_file,
-                    "give both --train_input_file and --eval_input_file")
-        from realformer_tf.data import pretraining
-
-        for flag in ("train_input_file", "eval_input_file"):
-            try:
-                pretraining.check_files(FLAGS[flag].value, budget.max_seq_length,
-                                        budget.max_predictions_per_seq)
-            except cli.InputError as e:
-                raise cli.InputError(str(e).replace("--input_file", f"--{flag}")) from None
-        train_file, eval_file = FLAGS.train_input_file, FLAGS.eval_input_file
-        data_note = ""
-    else:
+    if not records_given:
         train_file, eval_file = _prepare_records(budget, output_dir)
-        data_note = (f"Built from `{FLAGS.text_file}`" + (f" and `{FLAGS.eval_text_file}`" if FLAGS.eval_text_file
-                     else f" (every {FLAGS.eval_every_n_documents}th document held out)") + ".")
-    vocab_size = experiments.count_vocab(FLAGS.vocab_file) if FLAGS.vocab_file else FLAGS.vocab_size
+        return train_file, eval_file, (
+            f"Built from `{FLAGS.text_file}`" + (f" and `{FLAGS.eval_text_file}`" if FLAGS.eval_text_file
+                                                 else f" (every {FLAGS.eval_every_n_documents}th document held out)") + ".")
+    cli.require(FLAGS.train_input_file and FLAGS.eval_input_file, "give both --train_input_file and --eval_input_file")
+    from realformer_tf.data import pretraining
+    from realformer_tf.data.records import InputError
 
-    lrs = [budget.learning_rate] + ([budget.high_learning_rate] if budget.high_learning_rate else [])
-    repro = experiments.Reproduction(output_dir, variants, lrs, budget, train_file, eval_file,
-                                     vocab_size, seed=FLAGS.seed, probe_variants=probe)
+    for flag in ("train_input_file", "eval_input_file"):
+        try:
+            pretraining.check_files(FLAGS[flag].value, budget.max_seq_length, budget.max_predictions_per_seq)
+        except InputError as e:
+            raise InputError(str(e).replace("--input_file", f"--{flag}")) from None
+    return FLAGS.train_input_file, FLAGS.eval_input_file, ""
+
+
+def _check_budget(budget):
+    from realformer_tf import experiments
+
+    cli.require(budget.model in experiments.MODEL_PRESETS, f"unknown model preset {budget.model}")
+    cli.require(budget.num_train_steps > 0, f"--num_train_steps={budget.num_train_steps} must be positive")
+    cli.require(budget.seeds, "--seeds is empty; give at least one seed")
+    cli.require(all(d > 0 for d in budget.layer_counts), f"--depths={budget.depths}: layer counts must be positive")
+    cli.require(set(budget.sweep_seeds) <= set(budget.seeds),
+                f"--sweep_seeds={budget.sweep_seeds} must be a subset of --seeds={budget.seeds}")
+    cli.require(FLAGS.workers >= 1 and FLAGS.threads_per_worker >= 0,
+                f"--workers={FLAGS.workers} must be >= 1 and --threads_per_worker={FLAGS.threads_per_worker} >= 0")
+
+
+def _state_path(output_dir):
+    return os.path.join(output_dir, "study.json")
+
+
+def _reproduction(state):
+    from realformer_tf import experiments
+
+    budget = dataclasses.replace(experiments.Budget(**state["settings"]))
+    budget = dataclasses.replace(budget, **{k: tuple(getattr(budget, k)) for k in LIST_TYPES})
+    return experiments.Reproduction(state["output_dir"], state["variants"], budget, state["train_file"],
+                                    state["eval_file"], state["vocab_size"], probe_variants=state["probe"])
+
+
+def _selected(repro):
+    """The planned runs, or the --only ones (checked against the plan)."""
     plan = repro.plan()
-    print(f"Reproduction: {len(variants)} variant(s) at lr {experiments.format_lr(lrs[0])}"
-          + (f", {len(probe)} at lr {experiments.format_lr(lrs[1])}" if len(lrs) > 1 else "")
-          + f" = {len(plan)} runs, "
-          f"budget {FLAGS.budget} ({budget.model} model, {budget.num_train_steps} steps of batch "
-          f"{budget.train_batch_size}, seq {budget.max_seq_length}); output {output_dir}", flush=True)
-    started = time.time()
-    results = repro.run_all()
+    if not FLAGS.only:
+        return plan
+    by_name = {run.name: run for run in plan}
+    unknown = [name for name in FLAGS.only if name not in by_name]
+    cli.require(not unknown, f"--only: {', '.join(unknown)} is not a run of this grid; its runs are named "
+                             f"like {plan[0].name} (see results.md)")
+    return [by_name[name] for name in FLAGS.only]
 
-    curves = repro.learning_curves(results, os.path.join(output_dir, "learning_curves.png"))
-    stats = repro.analyze(results, output_dir) if FLAGS.analysis else []
-    report = repro.write_report(results, os.path.join(output_dir, "results.md"), curves, stats,
-                                FLAGS.budget, data_note)
-    with tf.io.gfile.GFile(os.path.join(output_dir, "results.json"), "w") as f:
-        json.dump({"budget": FLAGS.budget, "settings": dataclasses.asdict(budget), "vocab_size": vocab_size,
-                   "train_file": train_file, "eval_file": eval_file,
-                   "runs": [dict(dataclasses.asdict(r), name=r.name) for r in results]}, f, indent=2)
-    print(f"\nDone in {experiments.format_seconds(time.time() - started)}. Report: {report}", flush=True)
-    with tf.io.gfile.GFile(report) as f:
-        print(f.read())
+
+def _worker_main():
+    """One worker: trains its share of the selected runs, single file of output."""
+    import tensorflow as tf
+
+    from realformer_tf import experiments
+
+    with tf.io.gfile.GFile(_state_path(FLAGS.output_dir)) as f:
+        state = json.load(f)
+    worker, workers = (int(x) for x in FLAGS.worker.split("/"))
+    repro = _reproduction(state)
+    results = repro.run_all(experiments.share_of(_selected(repro), worker, workers))
     failed = [r.name for r in results if r.status == "failed"]
     if failed:
-        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}; rerun to retry them", file=sys.stderr)
-        sys.exit(1)
+        raise cli.UserError(f"{len(failed)} run(s) failed: {', '.join(failed)}; rerun to retry them")
+
+
+def _spawn_workers(count):
+    """Starts `count` worker processes (each on its own CPU core when one thread each),
+    prints their output as it comes, prefixed; returns the workers that failed."""
+    import subprocess
+    import threading
+
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if FLAGS.threads_per_worker:
+        threads = str(FLAGS.threads_per_worker)
+        env.update(TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS=threads, OMP_NUM_THREADS=threads)
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    procs = []
+    for k in range(count):
+        command = [sys.executable, os.path.abspath(__file__), f"--output_dir={FLAGS.output_dir}",
+                   f"--worker={k}/{count}"] + ([f"--only={','.join(FLAGS.only)}"] if FLAGS.only else [])
+        pin = None
+        if FLAGS.threads_per_worker == 1 and len(cores) >= count:
+            pin = functools.partial(os.sched_setaffinity, 0, {cores[k]})
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env=env, cwd=ROOT, bufsize=1, preexec_fn=pin))
+
+    def echo(k, proc):
+        for line in proc.stdout:
+            print(f"[worker {k}] {line}", end="", flush=True)
+
+    readers = [threading.Thread(target=echo, args=(k, p), daemon=True) for k, p in enumerate(procs)]
+    for t in readers:
+        t.start()
+    codes = [p.wait() for p in procs]
+    for t in readers:
+        t.join()
+    return [k for k, code in enumerate(codes) if code != 0]
+
+
+def _report(repro, state):
+    import tensorflow as tf
+
+    from realformer_tf import study_report
+
+    results = repro.collect()
+    report = study_report.write_all(repro, results, FLAGS.budget, state["data_note"],
+                                    analysis=FLAGS.analysis)
+    with tf.io.gfile.GFile(os.path.join(repro.output_dir, "results.json"), "w") as f:
+        json.dump({"budget": FLAGS.budget, "settings": state["settings"], "vocab_size": state["vocab_size"],
+                   "train_file": state["train_file"], "eval_file": state["eval_file"],
+                   "threads_per_worker": FLAGS.threads_per_worker,
+                   "runs": [study_report.result_dict(r) for r in results]}, f, indent=2)
+    return report, results
+
+
+def main(argv):
+    del argv
+    cli.require(FLAGS.output_dir, "--output_dir is required")
+    if FLAGS.worker:
+        return _worker_main()
+    import tensorflow as tf
+
+    from realformer_tf import experiments
+
+    try:
+        variants = experiments.parse_variants(FLAGS.variants)
+        probe = variants if FLAGS.probe_variants == "all" else experiments.parse_variants(FLAGS.probe_variants)
+    except ValueError as e:
+        raise cli.UsageError(f"--variants / --probe_variants: {e}") from None
+    cli.require(set(probe) <= set(variants), "--probe_variants must be a subset of --variants")
+    budget = _budget()
+    _check_budget(budget)
+    FLAGS.output_dir = os.path.abspath(FLAGS.output_dir) if "://" not in FLAGS.output_dir else FLAGS.output_dir
+    tf.io.gfile.makedirs(FLAGS.output_dir)
+    train_file, eval_file, data_note = _check_inputs(budget, FLAGS.output_dir)
+    vocab_size = experiments.count_vocab(FLAGS.vocab_file) if FLAGS.vocab_file else FLAGS.vocab_size
+    state = dict(output_dir=FLAGS.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
+                 train_file=train_file, eval_file=eval_file, vocab_size=vocab_size, data_note=data_note)
+    with tf.io.gfile.GFile(_state_path(FLAGS.output_dir), "w") as f:
+        json.dump(state, f, indent=2)
+    repro = _reproduction(state)
+    runs = _selected(repro)
+    workers = min(FLAGS.workers, len(runs))
+    print(f"Study: {len(runs)} runs ({len(variants)} variants, depths {budget.layer_counts}, seeds "
+          f"{budget.seeds}, sweep lrs {budget.sweep_learning_rates}), budget {FLAGS.budget}, {workers} "
+          f"worker(s) x {FLAGS.threads_per_worker or 'default'} thread(s); output {FLAGS.output_dir}", flush=True)
+    started = time.time()
+    failed_workers = _spawn_workers(workers)
+    if FLAGS.only:
+        for run in runs:
+            found = repro.existing(run)
+            print(f"{run.name}: " + (f"{found.status} {json.dumps(found.results, sort_keys=True)}" if found else "not finished"))
+    else:
+        report, _ = _report(repro, state)
+        print(f"\nDone in {experiments.format_seconds(time.time() - started)}. Report: {report}", flush=True)
+    if failed_workers:
+        raise cli.UserError(f"worker(s) {failed_workers} failed (their output above says why); rerun the same "
+                            "command to retry: finished runs are reused, interrupted ones resume")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ VARIANTS = {v.name: v for v in (
 
 MODEL_PRESETS = {
     "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+    "narrow": dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256),
     "mini": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
     "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
 }
@@ -47,14 +48,20 @@ MODEL_PRESETS = {
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """Everything a preset fixes; reproduce.py's flags override single fields."""
+    """Everything a preset fixes; reproduce.py's flags override single fields.
+
+    The grid it defines: every variant at every depth in `depths` (empty: the model
+    preset's) with every seed in `seeds`, `num_train_steps` at `learning_rate`; and the
+    learning-rate sweep: the probe variants at the first depth, at `learning_rate` and
+    each of `sweep_learning_rates`, `sweep_train_steps` each (0: num_train_steps), with
+    the seeds in `sweep_seeds` (empty: `seeds`). A sweep run identical to a depth run is
+    trained once."""
 
     model: str
     num_train_steps: int
     train_batch_size: int
     num_warmup_steps: int
     learning_rate: float
-    high_learning_rate: float
     eval_batch_size: int
     max_eval_steps: int
     iterations_per_loop: int
@@ -62,36 +69,110 @@ class Budget:
     analysis_examples: int
     max_seq_length: int
     max_predictions_per_seq: int
+    sweep_learning_rates: tuple = ()
+    sweep_train_steps: int = 0
+    sweep_warmup_steps: int = 0
+    depths: tuple = ()
+    seeds: tuple = (1,)
+    sweep_seeds: tuple = ()
+    dropout: float = 0.1
     note: str = ""
+
+    @property
+    def layer_counts(self):
+        return tuple(self.depths) or (MODEL_PRESETS[self.model]["num_hidden_layers"],)
 
 
 BUDGETS = {
     # Seconds per run: for the tests and for trying the pipeline.
     "toy": Budget(model="tiny", num_train_steps=5, train_batch_size=8, num_warmup_steps=1,
-                  learning_rate=1e-3, high_learning_rate=1e-2, eval_batch_size=8, max_eval_steps=2,
+                  learning_rate=1e-3, sweep_learning_rates=(1e-2,), eval_batch_size=8, max_eval_steps=2,
                   iterations_per_loop=1, save_checkpoints_steps=5, analysis_examples=8,
                   max_seq_length=32, max_predictions_per_seq=5,
                   note="plumbing only; the numbers mean nothing"),
     # All 12 runs (6 variants x 2 learning rates) in about 40 minutes on 2 CPU cores; see
     # experiments/reproduce.py for the measurement this is sized from.
     "small": Budget(model="small", num_train_steps=180, train_batch_size=16, num_warmup_steps=18,
-                    learning_rate=5e-4, high_learning_rate=2e-3, eval_batch_size=32, max_eval_steps=8,
+                    learning_rate=5e-4, sweep_learning_rates=(2e-3,), eval_batch_size=32, max_eval_steps=8,
                     iterations_per_loop=10, save_checkpoints_steps=60, analysis_examples=256,
                     max_seq_length=128, max_predictions_per_seq=20,
                     note="a few minutes of training per run: shows early-training trends only"),
+    # The seeded study (experiments/README.md): deep-and-narrow models, 2 depths x 6
+    # variants x 3 seeds, and a 4-point learning-rate sweep x 2 seeds; sized from
+    # measured step times for about 100 minutes on 2 CPU cores (2 single-threaded workers).
+    "study": Budget(model="narrow", num_train_steps=2500, train_batch_size=32, num_warmup_steps=250,
+                    learning_rate=1e-3, sweep_learning_rates=(3e-3, 1e-2, 3e-2), sweep_train_steps=800,
+                    sweep_warmup_steps=40, depths=(4, 12), seeds=(1, 2, 3), sweep_seeds=(1, 2),
+                    dropout=0.0, eval_batch_size=64, max_eval_steps=0, iterations_per_loop=100,
+                    save_checkpoints_steps=500, analysis_examples=512, max_seq_length=64,
+                    max_predictions_per_seq=10,
+                    note="deep-and-narrow models, 3 seeds, and a learning-rate sweep"),
 }
 
 
-def model_config(variant, preset, vocab_size, max_seq_length):
-    """The bert_config dict of `variant` at size `preset`."""
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One pretraining run of the grid: everything that differs between runs."""
+
+    variant: str
+    learning_rate: float
+    seed: int
+    layers: int
+    steps: int
+    warmup: int
+
+    @property
+    def name(self):
+        return f"{self.variant}_L{self.layers}_lr{format_lr(self.learning_rate)}_s{self.seed}_n{self.steps}"
+
+    @property
+    def cost(self):
+        """Relative compute (steps x layers): for sharing runs among workers and the ETA."""
+        return self.steps * self.layers
+
+
+def model_config(variant, preset, vocab_size, max_seq_length, layers=0, dropout=0.1):
+    """The bert_config dict of `variant` at size `preset` (`layers`: a depth other than
+    the preset's)."""
     config = dict(
-        vocab_size=int(vocab_size), hidden_act="gelu", hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1, max_position_embeddings=max(int(max_seq_length), 16),
+        vocab_size=int(vocab_size), hidden_act="gelu", hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout, max_position_embeddings=max(int(max_seq_length), 16),
         type_vocab_size=2, initializer_range=0.02, use_running_mean=False,
     )
     config.update(MODEL_PRESETS[preset])
+    if layers:
+        config["num_hidden_layers"] = int(layers)
     config.update(VARIANTS[variant].config)
     return config
+
+
+def plan_runs(budget, variants, probe_variants):
+    """The grid's runs, seed by seed (a study stopped early holds whole seeds), each once."""
+    sweep_seeds = budget.sweep_seeds or budget.seeds
+    sweep_lrs = (budget.learning_rate,) + tuple(budget.sweep_learning_rates)
+    runs = []
+    for seed in budget.seeds:
+        for layers in budget.layer_counts:
+            runs += [Run(v, budget.learning_rate, seed, layers, budget.num_train_steps,
+                         budget.num_warmup_steps) for v in variants]
+        if seed in sweep_seeds and budget.sweep_learning_rates:
+            steps = budget.sweep_train_steps or budget.num_train_steps
+            warmup = budget.sweep_warmup_steps or budget.num_warmup_steps
+            runs += [Run(v, lr, seed, budget.layer_counts[0], steps, warmup)
+                     for lr in sweep_lrs for v in probe_variants]
+    return list(dict.fromkeys(runs))
+
+
+def share_of(runs, worker, workers):
+    """The runs worker `worker` of `workers` trains: longest first to the least loaded
+    worker. A fixed function of the plan, so the workers agree without talking."""
+    loads, shares = [0] * workers, [[] for _ in range(workers)]
+    for run in sorted(runs, key=lambda r: -r.cost):
+        w = loads.index(min(loads))
+        loads[w] += run.cost
+        shares[w].append(run)
+    order = {run: i for i, run in enumerate(runs)}
+    return sorted(shares[worker], key=order.get)
 
 
 def parse_variants(text):
@@ -107,10 +188,6 @@ def parse_variants(text):
 
 def format_lr(lr):
     return f"{lr:g}"
-
-
-def run_name(variant, lr):
-    return f"{variant}_lr{format_lr(lr)}"
 
 
 def format_seconds(seconds):
@@ -262,61 +339,59 @@ def evaluate_run(run_dir, config_file, eval_file, budget):
 
 @dataclasses.dataclass
 class RunResult:
-    variant: str
-    learning_rate: float
+    run: Run
     status: str            # "done", "diverged" or "failed"
     results: dict          # eval_results.txt
     seconds: float         # training + evaluation wall time (all sessions)
-    steps: int
+    steps: int             # steps trained (where a diverged run stopped)
     message: str = ""
     reused: bool = False
 
     @property
     def name(self):
-        return run_name(self.variant, self.learning_rate)
+        return self.run.name
+
+    @property
+    def accuracy(self):
+        return self.results.get("masked_lm_accuracy", float("nan")) if self.status == "done" else float("nan")
 
 
 class Reproduction:
-    """Runs the variants x learning rates grid into `output_dir` and reports on it."""
+    """Trains the runs of a `Budget`'s grid into `output_dir`, each resumable on its own."""
 
-    def __init__(self, output_dir, variants, learning_rates, budget, train_file, eval_file,
-                 vocab_size, seed=1, probe_variants=None, log_fn=print):
+    def __init__(self, output_dir, variants, budget, train_file, eval_file, vocab_size,
+                 probe_variants=None, log_fn=print):
         self.output_dir = output_dir
         self.variants = list(variants)
-        self.learning_rates = list(learning_rates)
         self.probe_variants = list(self.variants if probe_variants is None else
                                    [v for v in self.variants if v in probe_variants])
         self.budget = budget
         self.train_file = train_file
         self.eval_file = eval_file
         self.vocab_size = vocab_size
-        self.seed = seed
         self.log = log_fn
         self.started = None
-        self.session_seconds = []  # wall time of the runs executed (not reused) now
-
-    # -- paths -----------------------------------------------------------------------------
-    def run_dir(self, variant, lr):
-        return os.path.join(self.output_dir, run_name(variant, lr))
+        self.done_cost = 0          # compute of the runs trained (not reused) in this session
+        self.session_seconds = 0.0
 
     def plan(self):
-        """(variant, lr) pairs: every variant at the base lr, then the probe variants at
-        each higher lr."""
-        plan = [(v, self.learning_rates[0]) for v in self.variants]
-        for lr in self.learning_rates[1:]:
-            plan += [(v, lr) for v in self.probe_variants]
-        return plan
+        return plan_runs(self.budget, self.variants, self.probe_variants)
+
+    def run_dir(self, run):
+        return os.path.join(self.output_dir, run.name)
 
     # -- running ---------------------------------------------------------------------------
-    def _train_flags(self, lr, run_dir, config_file):
+    def _train_options(self, run, run_dir, config_file):
+        from realformer_tf.tasks.pretraining import PretrainingOptions
+
         b = self.budget
-        return dict(
+        return PretrainingOptions(
             input_file=self.train_file, output_dir=run_dir, bert_config_file=config_file,
             do_train=True, do_eval=False, train_batch_size=b.train_batch_size,
             max_seq_length=b.max_seq_length, max_predictions_per_seq=b.max_predictions_per_seq,
-            num_train_steps=b.num_train_steps, num_warmup_steps=b.num_warmup_steps,
-            learning_rate=lr, iterations_per_loop=b.iterations_per_loop,
-            save_checkpoints_steps=b.save_checkpoints_steps, seed=self.seed, keep_checkpoint_max=2,
+            num_train_steps=run.steps, num_warmup_steps=run.warmup, learning_rate=run.learning_rate,
+            iterations_per_loop=b.iterations_per_loop, save_checkpoints_steps=b.save_checkpoints_steps,
+            seed=run.seed, keep_checkpoint_max=2,
         )
 
     def _timing(self, run_dir, add=None):
@@ -332,27 +407,29 @@ class Reproduction:
                 json.dump(timing, f, indent=2)
         return timing
 
-    def existing(self, variant, lr):
+    def existing(self, run):
         """The RunResult of a finished (or diverged) run, else None."""
-        run_dir = self.run_dir(variant, lr)
-        steps = self.budget.num_train_steps
+        run_dir = self.run_dir(run)
         seconds = sum(self._timing(run_dir).values())
         diverged = os.path.join(run_dir, "diverged.txt")
         if tf.io.gfile.exists(diverged):
             with tf.io.gfile.GFile(diverged) as f:
                 message = f.read().strip()
             match = re.search(r"global step (\d+)", message)
-            return RunResult(variant, lr, "diverged", {}, seconds,
+            return RunResult(run, "diverged", {}, seconds,
                              int(match.group(1)) if match else checkpoint_step(run_dir), message, True)
         results = read_eval_results(os.path.join(run_dir, "eval_results.txt"))
-        if results and int(results.get("global_step", -1)) == steps:
+        if results and int(results.get("global_step", -1)) == run.steps:
             finite = all(math.isfinite(results.get(k, 0.0)) for k in ("loss", "masked_lm_loss"))
-            return RunResult(variant, lr, "done" if finite else "diverged", results, seconds, steps,
+            return RunResult(run, "done" if finite else "diverged", results, seconds, run.steps,
                              "" if finite else "non-finite evaluation loss", True)
         return None
 
-    def _tag(self, index, total, variant, lr):
-        return f"[{index}/{total} {variant} lr={format_lr(lr)}]"
+    def eta(self, remaining_cost):
+        """Seconds for runs of `remaining_cost` at this session's seconds per unit of cost."""
+        if not self.done_cost:
+            return None
+        return remaining_cost * self.session_seconds / self.done_cost
 
     def _progress(self, tag):
         def on_line(line):
@@ -361,233 +438,96 @@ class Reproduction:
 
         return on_line
 
-    def eta(self, remaining):
-        """Seconds for `remaining` runs at the mean wall time of this session's runs."""
-        if not self.session_seconds:
-            return None
-        return remaining * sum(self.session_seconds) / len(self.session_seconds)
+    def _failed(self, run, start, message):
+        self.log(f"[{run.name}] FAILED: {message}")
+        return RunResult(run, "failed", {}, time.time() - start, checkpoint_step(self.run_dir(run)), message)
 
-    def _failed(self, variant, lr, start, message):
-        self.log(f"[{variant} lr={format_lr(lr)}] FAILED: {message}")
-        return RunResult(variant, lr, "failed", {}, time.time() - start,
-                         checkpoint_step(self.run_dir(variant, lr)), message)
-
-    def run_one(self, index, total, variant, lr):
-        tag = self._tag(index, total, variant, lr)
-        found = self.existing(variant, lr)
-        if found:
-            self.log(f"{tag} reusing the finished run ({found.status}) in {self.run_dir(variant, lr)}")
-            return found
-        run_dir = self.run_dir(variant, lr)
-        tf.io.gfile.makedirs(run_dir)
+    def _write_config(self, run, run_dir):
         config_file = os.path.join(run_dir, "experiment_bert_config.json")
+        b = self.budget
         with tf.io.gfile.GFile(config_file, "w") as f:
-            json.dump(model_config(variant, self.budget.model, self.vocab_size,
-                                   self.budget.max_seq_length), f, indent=2, sort_keys=True)
-        log_path = os.path.join(run_dir, "reproduce.log")
+            json.dump(model_config(run.variant, b.model, self.vocab_size, b.max_seq_length, run.layers,
+                                   b.dropout), f, indent=2, sort_keys=True)
+        return config_file
+
+    def _train(self, run, tag, run_dir, config_file, log_path):
+        """Trains (or resumes) `run`; returns None, or the RunResult if it ended early."""
+        from realformer_tf.errors import UserError
+
         start = time.time()
-        steps = self.budget.num_train_steps
-        resumed = checkpoint_step(run_dir)
-        self.log(f"{tag} {VARIANTS[variant].title}: "
-                 + (f"resuming from step {resumed} of " if resumed else "training ")
-                 + f"{steps} steps (log: {log_path}) | elapsed {format_seconds(start - self.started)}"
-                 f" | ETA {format_seconds(self.eta(total - index + 1))}")
-        if resumed < steps or not tf.io.gfile.exists(os.path.join(run_dir, "bert_model.ckpt.index")):
-            from realformer_tf.errors import UserError
-            from realformer_tf.tasks.pretraining import PretrainingOptions
-
-            options = PretrainingOptions(**self._train_flags(lr, run_dir, config_file))
-            try:
-                diverged, seconds = train_in_process(options, log_path, self._progress(tag))
-            except UserError as e:
-                return self._failed(variant, lr, start, f"pretraining: {e} (see {log_path})")
-            self._timing(run_dir, {"train_seconds": seconds})
-            if diverged:
-                with tf.io.gfile.GFile(os.path.join(run_dir, "diverged.txt"), "w") as f:
-                    f.write(diverged + "\n")
-                self.session_seconds.append(time.time() - start)
-                self.log(f"{tag} DIVERGED: {diverged[:100]}")
-                return dataclasses.replace(self.existing(variant, lr), reused=False)
-        self.log(f"{tag} evaluating on the held-out records")
-        eval_start = time.time()
         try:
-            import contextlib
+            diverged, seconds = train_in_process(self._train_options(run, run_dir, config_file), log_path,
+                                                 self._progress(tag))
+        except UserError as e:
+            return self._failed(run, start, f"pretraining: {e} (see {log_path})")
+        self._timing(run_dir, {"train_seconds": seconds})
+        if diverged:
+            with tf.io.gfile.GFile(os.path.join(run_dir, "diverged.txt"), "w") as f:
+                f.write(diverged + "\n")
+            self.log(f"{tag} DIVERGED: {diverged[:100]}")
+            return dataclasses.replace(self.existing(run), reused=False)
+        return None
 
+    def _evaluate(self, run, run_dir, config_file, log_path):
+        """Held-out evaluation of the finished run; returns its RunResult."""
+        import contextlib
+
+        start = time.time()
+        try:
             # orbit prints its eval progress; it belongs in the run's log.
             with open(log_path, "a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
                 evaluate_run(run_dir, config_file, self.eval_file, self.budget)
         except (RuntimeError, ValueError, tf.errors.OpError) as e:
-            return self._failed(variant, lr, start, f"evaluation: {e}")
+            return self._failed(run, start, f"evaluation: {e}")
         finally:
-            self._timing(run_dir, {"eval_seconds": time.time() - eval_start})
-        self.session_seconds.append(time.time() - start)
-        result = self.existing(variant, lr)
+            self._timing(run_dir, {"eval_seconds": time.time() - start})
+        result = self.existing(run)
         if result is None:
-            return self._failed(variant, lr, start, f"the checkpoint evaluated is not at step {steps}")
-        result = dataclasses.replace(result, reused=False)
-        r = result.results
-        self.log(f"{tag} {result.status}: MLM accuracy {r.get('masked_lm_accuracy', float('nan')):.4f}, "
-                 f"MLM loss {r.get('masked_lm_loss', float('nan')):.4f}, NSP accuracy "
-                 f"{r.get('next_sentence_accuracy', float('nan')):.4f} ({format_seconds(time.time() - start)})")
+            return self._failed(run, start, f"the checkpoint evaluated is not at step {run.steps}")
+        return dataclasses.replace(result, reused=False)
+
+    def run_one(self, index, total, run, remaining_cost=0):
+        tag = f"[{index}/{total} {run.name}]"
+        found = self.existing(run)
+        if found:
+            self.log(f"{tag} reusing the finished run ({found.status}) in {self.run_dir(run)}")
+            return found
+        run_dir = self.run_dir(run)
+        tf.io.gfile.makedirs(run_dir)
+        config_file = self._write_config(run, run_dir)
+        log_path = os.path.join(run_dir, "reproduce.log")
+        start = time.time()
+        resumed = checkpoint_step(run_dir)
+        self.log(f"{tag} {VARIANTS[run.variant].title}, {run.layers} layers, lr {format_lr(run.learning_rate)}, "
+                 f"seed {run.seed}: " + (f"resuming from step {resumed} of " if resumed else "training ")
+                 + f"{run.steps} steps (log: {log_path}) | elapsed {format_seconds(start - self.started)}"
+                 f" | ETA {format_seconds(self.eta(remaining_cost))}")
+        result = None
+        trains = resumed < run.steps or not tf.io.gfile.exists(os.path.join(run_dir, "bert_model.ckpt.index"))
+        if trains:
+            result = self._train(run, tag, run_dir, config_file, log_path)
+        if result is None:
+            self.log(f"{tag} evaluating on the held-out records")
+            result = self._evaluate(run, run_dir, config_file, log_path)
+        if trains:  # the ETA's rate: seconds per unit of cost of what this session trained
+            self.session_seconds += time.time() - start
+            self.done_cost += run.cost * (run.steps - resumed) / run.steps
+        if result.status == "done":
+            r = result.results
+            self.log(f"{tag} done: held-out MLM accuracy {r.get('masked_lm_accuracy', float('nan')):.4f}, "
+                     f"MLM loss {r.get('masked_lm_loss', float('nan')):.4f} ({format_seconds(time.time() - start)})")
         return result
 
-    def run_all(self):
+    def run_all(self, runs=None):
+        """Trains `runs` (default: the whole plan) one after another; returns their results."""
         self.started = time.time()
-        plan = self.plan()
-        return [self.run_one(i + 1, len(plan), v, lr) for i, (v, lr) in enumerate(plan)]
+        runs = self.plan() if runs is None else list(runs)
+        results = []
+        for i, run in enumerate(runs):
+            results.append(self.run_one(i + 1, len(runs), run, sum(r.cost for r in runs[i:])))
+        return results
 
-    # -- reporting -------------------------------------------------------------------------
-    def learning_curves(self, results, path):
-        """Train loss and MLM accuracy vs step, one line per variant, a column per lr."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        from realformer_tf.analysis import series_color as _color
-
-        lrs = self.learning_rates
-        fig, axes = plt.subplots(2, len(lrs), squeeze=False, figsize=(5.5 * len(lrs), 7), sharex=True)
-        for c, lr in enumerate(lrs):
-            for r, (tag, ylabel) in enumerate((("loss", "train loss (MLM + NSP)"),
-                                               ("masked_lm_accuracy", "train MLM accuracy"))):
-                ax = axes[r][c]
-                for i, variant in enumerate(self.variants):
-                    if (variant, lr) not in self.plan():
-                        continue
-                    points = read_scalars(os.path.join(self.run_dir(variant, lr), "summaries", "train")).get(tag, [])
-                    points = [(s, v) for s, v in points if math.isfinite(v)]
-                    result = next((x for x in results if x.variant == variant and x.learning_rate == lr), None)
-                    label = VARIANTS[variant].title + (" (diverged)" if result and result.status == "diverged" else "")
-                    if points:
-                        steps, values = zip(*points)
-                        ax.plot(steps, values, marker="." if len(points) < 30 else None, color=_color(i),
-                                label=label)
-                    else:
-                        ax.plot([], [], color=_color(i), label=label + " (no data)")
-                ax.grid(alpha=0.3)
-                ax.set_ylabel(ylabel)
-                values = [y for line in ax.get_lines() for y in line.get_ydata()]
-                if tag == "loss" and values and min(values) > 0 and max(values) / min(values) > 100:
-                    ax.set_yscale("log")  # a diverging run would flatten the others
-                if r == 0:
-                    ax.set_title(f"learning rate {format_lr(lr)}")
-                else:
-                    ax.set_xlabel("step")
-        for ax in axes[0]:
-            ax.legend(fontsize="small")
-        fig.tight_layout()
-        import io
-
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=110)
-        plt.close(fig)
-        with tf.io.gfile.GFile(path, "wb") as f:
-            f.write(buffer.getvalue())
-        return path
-
-    def analyze(self, results, analysis_dir, log_fn=print):
-        """Attention analysis of the finished base-learning-rate checkpoints."""
-        from realformer_tf import analysis
-
-        lr = self.learning_rates[0]
-        chosen = [r for r in results if r.learning_rate == lr and r.status == "done"]
-        if not chosen:
-            log_fn("attention analysis skipped: no finished run at the base learning rate")
-            return []
-        checkpoints = [os.path.join(self.run_dir(r.variant, lr), "bert_model.ckpt") for r in chosen]
-        b = self.budget
-
-        def dataset_fn():
-            return analysis.records_dataset(self.eval_file, b.max_seq_length, 32)
-
-        return analysis.analyze_checkpoints(
-            checkpoints, [VARIANTS[r.variant].title for r in chosen], None, dataset_fn,
-            b.analysis_examples, analysis_dir, log_fn=log_fn)
-
-    def write_report(self, results, path, curves=None, stats=(), budget_name="", data_note=""):
-        b = self.budget
-        size = MODEL_PRESETS[b.model]
-        lines = [
-            "# RealFormer: a small-scale reproduction",
-            "",
-            f"Budget `{budget_name}` ({b.note}). Model `{b.model}`: {size['num_hidden_layers']} layers, "
-            f"hidden {size['hidden_size']}, {size['num_attention_heads']} heads, intermediate "
-            f"{size['intermediate_size']}, vocab {self.vocab_size}. Every variant: the same data, "
-            f"seed {self.seed}, {b.num_train_steps} steps of batch {b.train_batch_size} (sequence "
-            f"length {b.max_seq_length}), {b.num_warmup_steps} warmup steps then linear decay, AdamW.",
-            f"Training records: `{self.train_file}`; held-out evaluation: `{self.eval_file}` "
-            f"(up to {b.max_eval_steps} batches of {b.eval_batch_size}). {data_note}".rstrip(),
-            "",
-            "| variant | lr | MLM acc | MLM loss | NSP acc | steps | time |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for r in results:
-            if r.status == "done":
-                cells = [f"{r.results.get('masked_lm_accuracy', float('nan')):.4f}",
-                         f"{r.results.get('masked_lm_loss', float('nan')):.4f}",
-                         f"{r.results.get('next_sentence_accuracy', float('nan')):.4f}"]
-            else:
-                cells = [r.status, r.status, "-"]
-            lines.append(f"| {VARIANTS[r.variant].title} | {format_lr(r.learning_rate)} | "
-                         + " | ".join(cells) + f" | {r.steps} | {format_seconds(r.seconds)} |")
-        lines += self._stability_lines(results)
-        if curves:
-            lines += ["", "## Learning curves", "", f"![learning curves]({os.path.basename(curves)})"]
-        if stats:
-            lines += self._attention_lines(stats)
-        failed = [r for r in results if r.status == "failed"]
-        if failed:
-            lines += ["", "## Failed runs", ""] + [f"- {r.name}: {r.message}" for r in failed]
-        lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M')} by experiments/reproduce.py; rerun "
-                  "it with the same flags to resume or reuse these runs.", ""]
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write("\n".join(lines))
-        return path
-
-    def _stability_lines(self, results):
-        if len(self.learning_rates) < 2:
-            return []
-        low, high = self.learning_rates[0], self.learning_rates[1]
-        lines = ["", f"## Learning-rate stability probe (the paper's Table 6: {format_lr(low)} -> "
-                 f"{format_lr(high)})", "",
-                 f"| variant | MLM acc @ {format_lr(low)} | MLM acc @ {format_lr(high)} | outcome |",
-                 "|---|---|---|---|"]
-        by_key = {(r.variant, r.learning_rate): r for r in results}
-
-        def cell(r):
-            if r is None:
-                return "-"
-            return f"{r.results['masked_lm_accuracy']:.4f}" if r.status == "done" else r.status
-
-        for variant in self.probe_variants:
-            a, b = by_key.get((variant, low)), by_key.get((variant, high))
-            if b is not None and b.status == "diverged":
-                outcome = "diverged"
-            elif a is not None and b is not None and a.status == b.status == "done":
-                delta = b.results["masked_lm_accuracy"] - a.results["masked_lm_accuracy"]
-                outcome = ("improves" if delta > 0 else "worse" if delta < 0 else "no change") + f" ({delta:+.4f})"
-            else:
-                outcome = "-"
-            lines.append(f"| {VARIANTS[variant].title} | {cell(a)} | {cell(b)} | {outcome} |")
-        return lines
-
-    def _attention_lines(self, stats):
-        layers = max(s.num_layers for s in stats)
-        unit = stats[0].entropy_unit
-        lines = ["", "## Attention (base learning rate)", "",
-                 f"Per-token attention entropy ({unit}) and JSD (bits) between each head and the same "
-                 f"head one layer up, over {stats[0].num_examples} held-out examples (medians, heads "
-                 "pooled); see attention_summary.json for quartiles and per-head values.", "",
-                 "| variant | " + " | ".join(f"H layer {i}" for i in range(layers)) + " | "
-                 + " | ".join(f"JSD {i}-{i + 1}" for i in range(layers - 1)) + " |",
-                 "|---|" + "---|" * (2 * layers - 1)]
-        import numpy as np
-
-        for s in stats:
-            ent = [f"{np.median(s.entropy[i]):.3f}" if i < s.num_layers else "-" for i in range(layers)]
-            jsd = [f"{np.median(s.jsd[i]):.3f}" if i < s.num_layers - 1 else "-" for i in range(layers - 1)]
-            lines.append(f"| {s.label} | " + " | ".join(ent + jsd) + " |")
-        lines += ["", "![entropy](entropy.png)", "", "![JSD](jsd.png)", "",
-                  "Per head: [entropy_heads.png](entropy_heads.png), [jsd_heads.png](jsd_heads.png)."]
-        return lines
+    def collect(self):
+        """The RunResult of every planned run: finished ones from disk, others "missing"."""
+        return [self.existing(run) or RunResult(run, "missing", {}, 0.0, checkpoint_step(self.run_dir(run)))
+                for run in self.plan()]

@@ -2,6 +2,7 @@
 summaries, violin plots), analyze_attention.py, and the small-scale reproduction
 (experiments/reproduce.py and realformer_tf/experiments.py)."""
 
+import dataclasses
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import analysis, experiments, modeling
+from realformer_tf import analysis, experiments, modeling, study_report
 
 PNG_HEADER = b"\x89PNG\r\n\x1a\n"
 
@@ -256,27 +257,32 @@ def test_split_documents():
 
 def test_read_scalars_and_reuse_detection(tmp_path):
     budget = experiments.BUDGETS["toy"]
-    repro = experiments.Reproduction(str(tmp_path), ["post", "realformer"], [1e-3, 1e-2], budget,
-                                     "train", "eval", 48, probe_variants=["post"])
-    assert repro.plan() == [("post", 1e-3), ("realformer", 1e-3), ("post", 1e-2)]
-    done = repro.run_dir("post", 1e-3)
+    repro = experiments.Reproduction(str(tmp_path), ["post", "realformer"], budget, "train", "eval", 48,
+                                     probe_variants=["post"])
+    steps, warmup = budget.num_train_steps, budget.num_warmup_steps
+    base = [experiments.Run(v, 1e-3, 1, 2, steps, warmup) for v in ("post", "realformer")]
+    assert repro.plan() == base + [experiments.Run("post", 1e-2, 1, 2, steps, warmup)]
+    done_run, diverged_run = base[0], repro.plan()[2]
+    done = repro.run_dir(done_run)
+    assert os.path.basename(done) == "post_L2_lr0.001_s1_n5"
     os.makedirs(done)
     with open(os.path.join(done, "eval_results.txt"), "w") as f:
         f.write(f"global_step = {budget.num_train_steps}\nloss = 4.0\nmasked_lm_accuracy = 0.25\n"
                 "masked_lm_loss = 3.5\nnext_sentence_accuracy = 0.5\n")
-    result = repro.existing("post", 1e-3)
-    assert result.status == "done" and result.results["masked_lm_accuracy"] == 0.25
-    diverged = repro.run_dir("post", 1e-2)
+    result = repro.existing(done_run)
+    assert result.status == "done" and result.accuracy == 0.25
+    diverged = repro.run_dir(diverged_run)
     os.makedirs(diverged)
     with open(os.path.join(diverged, "diverged.txt"), "w") as f:
         f.write("loss became nan in the steps ending at global step 3; training stopped.\n")
-    result = repro.existing("post", 1e-2)
-    assert (result.status, result.steps) == ("diverged", 3)
-    partial = repro.run_dir("realformer", 1e-3)
+    result = repro.existing(diverged_run)
+    assert (result.status, result.steps) == ("diverged", 3) and math.isnan(result.accuracy)
+    partial = repro.run_dir(base[1])
     os.makedirs(partial)
     with open(os.path.join(partial, "eval_results.txt"), "w") as f:
         f.write("global_step = 2\nloss = 4.0\n")  # an older, shorter run: not finished
-    assert repro.existing("realformer", 1e-3) is None
+    assert repro.existing(base[1]) is None
+    assert [r.status for r in repro.collect()] == ["done", "missing", "diverged"]
 
     summaries = os.path.join(done, "summaries", "train")
     writer = tf.summary.create_file_writer(summaries)
@@ -338,30 +344,153 @@ def test_reproduce_toy_end_to_end(tmp_path):
     held_out = h.write_pretraining_records(tmp_path / "eval.tfrecord", 16, 32, 5, seed=1)
     out = tmp_path / "out"
     args = h.flags(budget="toy", output_dir=out, variants="post,realformer", probe_variants="post",
-                   high_learning_rate=1e9, train_input_file=train, eval_input_file=held_out,
-                   vocab_file=vocab)
+                   depths="1,2", seeds="1,2", sweep_learning_rates="1e9", train_input_file=train,
+                   eval_input_file=held_out, vocab_file=vocab, workers=2)
     proc = h.run_script("experiments/reproduce.py", *args)
     _check(proc, "reproduce.py")
-    assert "[3/3 post lr=1e+09]" in proc.stdout and "ETA" in proc.stdout
+    # 2 variants x 2 depths x 2 seeds, plus Post-LN at lr 1e9 for both seeds (its base-lr
+    # sweep run is the 1-layer depth run), shared by two workers.
+    assert "Study: 10 runs" in proc.stdout and "[worker 1] [" in proc.stdout and "ETA" in proc.stdout
+    results = json.load(open(out / "results.json"))["runs"]
+    assert [r["status"] for r in results].count("done") == 8
+    assert {r["name"] for r in results if r["status"] == "diverged"} == {"post_L1_lr1e+09_s1_n5",
+                                                                        "post_L1_lr1e+09_s2_n5"}
+    for r in results:
+        if r["status"] == "done":
+            assert r["results"]["global_step"] == 5 and 0 <= r["results"]["masked_lm_accuracy"] <= 1
     report = (out / "results.md").read_text()
-    rows = [line for line in report.splitlines() if line.startswith("| Post-LN") or line.startswith("| RealFormer")]
-    table = rows[:3]
-    assert len(table) == 3, report
-    assert table[0].startswith("| Post-LN (vanilla BERT) | 0.001 |") and "| 5 |" in table[0]
-    assert table[1].startswith("| RealFormer (Post-LN + residual attention) | 0.001 |")
-    assert "| 1e+09 | diverged | diverged |" in table[2]
-    assert "| Post-LN (vanilla BERT) | " in report.split("stability probe")[1] and "| diverged |" in report
-    for run in ("post_lr0.001", "realformer_lr0.001"):
-        results = experiments.read_eval_results(str(out / run / "eval_results.txt"))
-        assert results["global_step"] == 5 and 0 <= results["masked_lm_accuracy"] <= 1
-        assert (out / run / "bert_model.ckpt.index").exists()
-    for name in ("learning_curves.png", "entropy.png", "jsd.png", "entropy_heads.png", "jsd_heads.png"):
+    assert "| Post-LN (vanilla BERT) | 2 | 2/2 | " in report and "largest stable lr" in report
+    assert "| Post-LN (vanilla BERT) | " in report.split("## Learning-rate sweep")[1]
+    claims = json.load(open(out / "claims.json"))
+    assert {c["verdict"] for c in claims} <= {"reproduced", "not reproduced", "inconclusive"}
+    assert any("gap grows from 1 to 2 layers" in c["text"] for c in claims)
+    assert not any("larger learning rates" in c["text"] for c in claims)  # RealFormer was not swept
+    for name in ("depth.png", "sweep.png", "learning_curves.png", "entropy.png", "jsd.png"):
         assert (out / name).read_bytes().startswith(PNG_HEADER), name
-    summary = json.load(open(out / "attention_summary.json"))
-    assert len(summary["checkpoints"]) == 2
-    assert json.load(open(out / "results.json"))["runs"][2]["status"] == "diverged"
+    assert len(json.load(open(out / "attention_summary.json"))["checkpoints"]) == 2  # seed 1, 2 layers
 
-    # A rerun reuses every finished (or diverged) run.
+    # One run again from its seed, alone, in a fresh folder: the same held-out numbers.
+    name = "realformer_L2_lr0.001_s2_n5"
+    alone = h.run_script("experiments/reproduce.py", *h.flags(
+        budget="toy", output_dir=tmp_path / "again", variants="post,realformer", probe_variants="post",
+        depths="1,2", seeds="1,2", sweep_learning_rates="1e9", train_input_file=train,
+        eval_input_file=held_out, vocab_file=vocab, only=name))
+    _check(alone, "reproduce.py --only")
+    first = experiments.read_eval_results(str(out / name / "eval_results.txt"))
+    second = experiments.read_eval_results(str(tmp_path / "again" / name / "eval_results.txt"))
+    for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "loss"):
+        assert second[key] == first[key], key
+    assert not (tmp_path / "again" / "results.md").exists()
+
+    # A rerun reuses every finished (or diverged) run; a wrong --only name is one clear error.
     again = h.run_script("experiments/reproduce.py", *args, "--noanalysis")
     _check(again, "reproduce.py rerun")
-    assert again.stdout.count("reusing the finished run") == 3
+    assert again.stdout.count("reusing the finished run") == 10
+    wrong = h.run_script("experiments/reproduce.py", *args, "--only=post_L9_lr1_s1_n5")
+    assert wrong.returncode == 1 and "is not a run of this grid" in wrong.stderr
+
+
+# -- the seeded study: its grid, its statistics ------------------------------------------------------
+
+def test_study_grid_covers_depths_seeds_and_the_sweep_once():
+    budget = experiments.BUDGETS["study"]
+    variants = list(experiments.VARIANTS)
+    runs = experiments.plan_runs(budget, variants, variants)
+    depth_runs = [r for r in runs if r.steps == budget.num_train_steps]
+    sweep_runs = [r for r in runs if r.steps == budget.sweep_train_steps]
+    assert len(depth_runs) == len(variants) * len(budget.depths) * len(budget.seeds) == 36
+    assert {(r.layers, r.seed) for r in depth_runs} == {(d, s) for d in budget.depths for s in budget.seeds}
+    lrs = {budget.learning_rate, *budget.sweep_learning_rates}
+    assert len(sweep_runs) == len(variants) * len(lrs) * len(budget.sweep_seeds)
+    assert {r.learning_rate for r in sweep_runs} == lrs and {r.layers for r in sweep_runs} == {budget.depths[0]}
+    assert len(set(runs)) == len(runs) == len(depth_runs) + len(sweep_runs)
+    assert len({r.name for r in runs}) == len(runs)
+    # Seed by seed, so a study stopped early holds whole seeds.
+    assert [r.seed for r in runs] == sorted(r.seed for r in runs)
+    # A sweep as long as the depth runs shares its base-lr runs with them.
+    same_length = dataclasses.replace(budget, sweep_train_steps=0, sweep_warmup_steps=0)
+    shared = experiments.plan_runs(same_length, variants, variants)
+    assert len(shared) == len(runs) - len(variants) * len(budget.sweep_seeds)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5])
+def test_workers_share_the_runs_exactly_once_and_evenly(workers):
+    budget = experiments.BUDGETS["study"]
+    runs = experiments.plan_runs(budget, list(experiments.VARIANTS), ["post", "pre"])
+    shares = [experiments.share_of(runs, k, workers) for k in range(workers)]
+    assert sorted(r.name for share in shares for r in share) == sorted(r.name for r in runs)
+    costs = [sum(r.cost for r in share) for share in shares]
+    assert max(costs) - min(costs) <= max(r.cost for r in runs)
+    for share in shares:  # each worker keeps the plan's order (seed by seed)
+        assert share == [r for r in runs if r in share]
+
+
+def test_verdicts_follow_welch_standard_errors():
+    import statistics
+
+    a, b = [0.30, 0.32, 0.31], [0.25, 0.26, 0.24]
+    se = math.sqrt(statistics.variance(a) / 3 + statistics.variance(b) / 3)
+    verdict, diff, got_se, z = study_report.compare(a, b)
+    assert verdict == "reproduced" and diff == pytest.approx(0.06) and got_se == pytest.approx(se)
+    assert z == pytest.approx(0.06 / se)
+    assert study_report.compare(b, a)[0] == "not reproduced"
+    assert study_report.compare(a, b, direction=-1)[0] == "not reproduced"  # "lower is better" claims
+    assert study_report.compare([0.30, 0.40, 0.20], [0.29, 0.39, 0.21])[0] == "inconclusive"
+    assert study_report.compare([0.3], [0.2])[0] == "inconclusive"  # one seed: no spread to judge by
+    assert study_report.compare([0.3, float("nan"), 0.31], [0.2, 0.21])[0] == "reproduced"
+    # The gap between two pairs: (0.06 at depth) - (0.01 shallow), se from all four spreads.
+    deep, shallow = (a, b), ([0.27, 0.28, 0.26], [0.26, 0.27, 0.25])
+    verdict, diff, se4, _ = study_report.compare_gaps(deep, shallow)
+    spread = sum(statistics.variance(x) / 3 for x in (*deep, *shallow))
+    assert diff == pytest.approx(0.05) and se4 == pytest.approx(math.sqrt(spread)) and verdict == "reproduced"
+    assert study_report.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
+
+
+def _masked_record(input_ids, positions, labels, max_predictions):
+    pad = max_predictions - len(labels)
+    features = {
+        "input_ids": input_ids, "input_mask": [1] * len(input_ids), "segment_ids": [0] * len(input_ids),
+        "masked_lm_positions": list(positions) + [0] * pad, "masked_lm_ids": list(labels) + [0] * pad,
+        "masked_lm_weights": [1.0] * len(labels) + [0.0] * pad, "next_sentence_labels": [0],
+    }
+    return tf.train.Example(features=tf.train.Features(feature={
+        k: tf.train.Feature(float_list=tf.train.FloatList(value=v)) if k == "masked_lm_weights"
+        else tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for k, v in features.items()}))
+
+
+def test_plateau_baselines_count_unigram_and_copied_tokens(tmp_path):
+    path = str(tmp_path / "eval.tfrecord")
+    # (input_ids, masked positions, labels): 7 is the most frequent label (3 of 7); the
+    # second record keeps token 9 at position 2 (BERT's "keep" case) and 7 at position 0.
+    records = [([4, 4, 4, 4, 4, 4], [1, 3], [7, 8]),
+               ([7, 4, 9, 4, 6, 4], [0, 2, 4], [7, 9, 5]),
+               ([4, 4, 4, 4, 4, 4], [2, 5], [7, 6])]
+    with tf.io.TFRecordWriter(path) as writer:
+        for ids, positions, labels in records:
+            writer.write(_masked_record(ids, positions, labels, 4).SerializeToString())
+    # A plain loop over the same tuples, the way a reader would count by hand.
+    labels = [label for _, _, ls in records for label in ls]
+    top = max(set(labels), key=labels.count)
+    unigram = sum(label == top for label in labels) / len(labels)
+    copy = sum(ids[p] == label or label == top for ids, ps, ls in records for p, label in zip(ps, ls)) / len(labels)
+    assert study_report.plateau_baselines(path, 6, 4) == (pytest.approx(unigram), pytest.approx(copy))
+    assert (unigram, copy) == (3 / 7, 4 / 7)
+
+
+def test_stability_verdict_compares_the_largest_stable_learning_rates(tmp_path):
+    budget = dataclasses.replace(experiments.BUDGETS["toy"], sweep_learning_rates=(1e-2, 1e-1), seeds=(1, 2))
+    repro = experiments.Reproduction(str(tmp_path), ["post", "realformer"], budget, "train", "eval", 48)
+    accuracy = {("post", 1e-3): 0.30, ("post", 1e-2): 0.11, ("post", 1e-1): None,  # None: NaN loss
+                ("realformer", 1e-3): 0.31, ("realformer", 1e-2): 0.28, ("realformer", 1e-1): 0.10}
+    results = []
+    for run in repro.plan():
+        acc = accuracy[(run.variant, run.learning_rate)]
+        results.append(experiments.RunResult(run, "diverged", {}, 1.0, 3) if acc is None else
+                       experiments.RunResult(run, "done", {"masked_lm_accuracy": acc}, 1.0, run.steps))
+    baseline = 0.10  # 0.11 is within the 0.01 margin of it: back at the plateau
+    assert study_report.max_stable_lr(repro, results, "post", baseline) == 1e-3
+    assert study_report.max_stable_lr(repro, results, "realformer", baseline) == 1e-2
+    (claim,) = study_report.stability_claims(repro, results, baseline)
+    assert claim.verdict == "reproduced" and "0.01 vs 0.001" in claim.evidence
+    table = "\n".join(study_report.sweep_table(repro, results, baseline))
+    assert "(2/2 diverged)" in table and "| 0.01 |" in table
