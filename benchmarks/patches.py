@@ -8,14 +8,15 @@ keras_ln
     composite `keras.layers.LayerNormalization.call`, i.e. the implementation it
     replaced: shows what the custom gradient buys.
 
-fused_ffn
-    A candidate for the layers: the feed-forward's activation (BERT's tanh gelu) and,
-    in NormFormer blocks, the extra LayerNorm over the [B, L, intermediate] activation
-    become one op with a hand-written gradient that keeps only the pre-activation and
-    two per-row statistics (mean, 1/std) for the backward pass and recomputes the gelu
-    and the normalized activation there. The composite ops keep the pre-activation,
-    gelu's temporaries (x^3, tanh, ...), the gelu output and the normalized activation,
-    each [B, L, intermediate]. Same math; see `gelu_layer_norm`.
+composite_ffn
+    NormFormer's feed-forward LayerNorm(gelu(x)) as the two composite ops instead of the
+    library's one recomputing op (`LayerNorm.activate_and_normalize`, adopted from this
+    benchmark's former `fused_ffn` patch): shows what the fusion buys.
+
+gelu_recompute
+    A candidate for the other blocks: BERT's tanh gelu as one op with a hand-written
+    gradient that keeps only its input for the backward pass (the composite keeps x^3,
+    tanh, ... each [B, L, intermediate]) and recomputes the rest there.
 """
 
 import math
@@ -25,11 +26,12 @@ import keras
 import tensorflow as tf
 
 from realformer_tf.layers import normalization
+from realformer_tf.layers.activations import get_activation
 
 PATCHES = {
     "keras_ln": "Keras 3's composite LayerNormalization instead of the library's LayerNorm",
-    "fused_ffn": "feed-forward gelu (+ NormFormer's intermediate LayerNorm) as one op that recomputes "
-                 "in the backward pass",
+    "composite_ffn": "NormFormer's LayerNorm(gelu(x)) as composite ops instead of the library's fused op",
+    "gelu_recompute": "feed-forward gelu as one op that recomputes in the backward pass",
 }
 
 _C = math.sqrt(2.0 / math.pi)
@@ -53,44 +55,9 @@ def gelu(x):
     return _gelu_and_slope(x)[0], backward
 
 
-def gelu_layer_norm(x, gamma, beta, epsilon):
-    """LayerNorm(gelu(x)) over the last axis; the backward pass recomputes from x."""
-
-    @tf.custom_gradient
-    def forward(x, gamma, beta):
-        a = _gelu_and_slope(x)[0]
-        mean, variance = tf.nn.moments(a, axes=[-1], keepdims=True)
-        rstd = tf.math.rsqrt(variance + epsilon)
-
-        def backward(dy):
-            a, slope = _gelu_and_slope(x)
-            xhat = (a - mean) * rstd
-            dxhat = dy * gamma
-            da = rstd * (dxhat - tf.reduce_mean(dxhat, -1, keepdims=True)
-                         - xhat * tf.reduce_mean(dxhat * xhat, -1, keepdims=True))
-            axes = list(range(len(dy.shape) - 1))
-            return da * slope, tf.reduce_sum(dy * xhat, axes), tf.reduce_sum(dy, axes)
-
-        return (a - mean) * rstd * gamma + beta, backward
-
-    return forward(x, gamma, beta)
-
-
-def _fused_feed_forward_sublayer(self, x, training):
-    """The library's `_feed_forward_sublayer` with the fused ops above."""
-    h = x if self.layer_norm_type == "post" else self.output_layer_norm(x)
-    pre = tf.cast(self.intermediate_dense(h), tf.float32)
-    if self.normformer:
-        norm = self.intermediate_layer_norm
-        inner = gelu_layer_norm(pre, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
-                                norm.epsilon)
-    else:
-        inner = gelu(pre)
-    out = self.output_dropout(self.output_dense(tf.cast(inner, self.compute_dtype)), training=training)
-    if self.layer_norm_type == "post":
-        return self.output_layer_norm(x + out)
-    residual = x * self.residual_scale if self.use_residual_scale else x
-    return residual + out
+def _composite_activate_and_normalize(self, pre_activation, hidden_act):
+    """What `LayerNorm.activate_and_normalize` replaced: the activation, then the norm."""
+    return self(get_activation(hidden_act)(pre_activation))
 
 
 def apply_to(model, names):
@@ -99,12 +66,19 @@ def apply_to(model, names):
     unknown = sorted(set(names) - set(PATCHES))
     if unknown:
         raise ValueError(f"unknown patch(es) {', '.join(unknown)}; known: {', '.join(PATCHES)}")
-    if "fused_ffn" in names:
-        for layer in model._flatten_layers():
-            if hasattr(layer, "_feed_forward_sublayer"):
-                if layer.hidden_act != "gelu":
-                    raise ValueError(f"fused_ffn implements hidden_act='gelu' only, not {layer.hidden_act!r}")
-                layer._feed_forward_sublayer = types.MethodType(_fused_feed_forward_sublayer, layer)
+    if "keras_ln" in names:
+        names = names + ["composite_ffn"]  # Keras' LayerNormalization has no fused entry point
+    blocks = [layer for layer in model._flatten_layers() if hasattr(layer, "_feed_forward_sublayer")]
+    if "gelu_recompute" in names or "composite_ffn" in names:
+        acts = sorted({layer.hidden_act for layer in blocks} - {"gelu"})
+        if acts:
+            raise ValueError(f"gelu_recompute / composite_ffn patch hidden_act='gelu' only, not {acts}")
+    for layer in blocks:
+        if "gelu_recompute" in names and not layer.normformer:
+            layer.activation = gelu
+        if "composite_ffn" in names and layer.normformer:
+            norm = layer.intermediate_layer_norm
+            norm.activate_and_normalize = types.MethodType(_composite_activate_and_normalize, norm)
     if "keras_ln" in names:
         for layer in model._flatten_layers():
             if isinstance(layer, normalization.LayerNorm):

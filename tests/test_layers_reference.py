@@ -476,3 +476,59 @@ def test_layer_norm_hand_written_gradient_matches_reference_finite_differences()
 
     for name, arr, got in zip(("x", "gamma", "beta"), (x, gamma, beta), grads):
         ref.assert_close(f"layer_norm_grad/{name}", got, ref.numeric_grad(f, arr), 2e-4)
+
+
+def test_fused_gelu_layer_norm_matches_reference_and_finite_differences():
+    """NormFormer's feed-forward LayerNorm(gelu(x)) as one op (recomputing gelu in the
+    backward pass), on this backend: values against NumPy's tanh gelu then LayerNorm,
+    gradients against central differences of that float64 reference."""
+    from realformer_tf.layers.normalization import _gelu_layer_norm
+
+    rng = np.random.default_rng(31)
+    x, gamma, beta = rng.normal(size=(2, 3, 13)) * 2, rng.uniform(0.5, 1.5, 13), rng.normal(size=13)
+    r = rng.normal(size=(2, 3, 13))
+
+    def fused(*t):
+        return _gelu_layer_norm(*t, 1e-12, "float32")
+
+    got = fused(*(keras.ops.convert_to_tensor(a.astype(np.float32)) for a in (x, gamma, beta)))
+    ref.assert_close("gelu_layer_norm", got, ref.layer_norm(ref.gelu_tanh(x), gamma, beta), 1e-5)
+    grads = _backend_gradients(
+        lambda *t: keras.ops.sum(fused(*t) * keras.ops.convert_to_tensor(r, "float32")),
+        [a.astype(np.float32) for a in (x, gamma, beta)],
+    )
+
+    def f():
+        return float(np.sum(ref.layer_norm(ref.gelu_tanh(x), gamma, beta) * r))
+
+    for name, arr, grad in zip(("x", "gamma", "beta"), (x, gamma, beta), grads):
+        ref.assert_close(f"gelu_layer_norm_grad/{name}", grad, ref.numeric_grad(f, arr), 2e-4)
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
+def test_activate_and_normalize_equals_the_composite_in_mixed_bfloat16(hidden_act):
+    """The LayerNorm's fused entry point (gelu) and its fallback (other activations) give
+    the composite's values and input gradients under mixed_bfloat16, in bfloat16."""
+    from realformer_tf.layers.activations import get_activation
+    from realformer_tf.layers.normalization import LayerNorm
+
+    norm = LayerNorm(epsilon=1e-12, dtype="mixed_bfloat16")
+    norm.build((None, I))
+    rng = np.random.default_rng(32)
+    norm.gamma.assign(rng.uniform(0.5, 1.5, I).astype(np.float32))
+    norm.beta.assign(rng.normal(size=I).astype(np.float32))
+    x = rng.normal(size=(B, L, I)).astype(np.float32) * 2
+    r = keras.ops.convert_to_tensor(rng.normal(size=(B, L, I)), "float32")
+
+    def loss(fn):
+        return lambda t: keras.ops.sum(keras.ops.cast(fn(keras.ops.cast(t, "bfloat16")), "float32") * r)
+
+    fused = norm.activate_and_normalize(keras.ops.cast(x, "bfloat16"), hidden_act)
+    composite = norm(get_activation(hidden_act)(keras.ops.cast(x, "bfloat16")))
+    assert keras.backend.standardize_dtype(fused.dtype) == "bfloat16"
+    np.testing.assert_allclose(ref.to_numpy(fused).astype(np.float32),
+                               ref.to_numpy(composite).astype(np.float32), atol=0.05)
+    (g_fused,) = _backend_gradients(loss(lambda t: norm.activate_and_normalize(t, hidden_act)), [x])
+    (g_composite,) = _backend_gradients(loss(lambda t: norm(get_activation(hidden_act)(t))), [x])
+    g_fused, g_composite = (ref.to_numpy(g).astype(np.float32) for g in (g_fused, g_composite))
+    assert np.abs(g_fused - g_composite).max() <= 0.03 * np.abs(g_composite).max()

@@ -165,9 +165,10 @@ class _BlockBase(keras.layers.Layer):
 
     def _feed_forward_sublayer(self, x, training):
         h = x if self.layer_norm_type == "post" else self.output_layer_norm(x)
-        inner = self.activation(self.intermediate_dense(h))
         if self.normformer:
-            inner = self.intermediate_layer_norm(inner)
+            inner = self.intermediate_layer_norm.activate_and_normalize(self.intermediate_dense(h), self.hidden_act)
+        else:
+            inner = self.activation(self.intermediate_dense(h))
         out = self.output_dropout(self.output_dense(inner), training=training)
         if self.layer_norm_type == "post":
             return self.output_layer_norm(x + out)
