@@ -358,7 +358,7 @@ def main(argv):
     repro = _reproduction(state)
     runs = _selected(repro)
     workers = min(FLAGS.workers, len(runs))
-    print(f"Study: {len(runs)} runs ({len(variants)} variants, depths {budget.layer_counts}, seeds "
+    print(f"Study: {len(runs)} run{'s' if len(runs) != 1 else ''} ({len(variants)} variants, depths {budget.layer_counts}, seeds "
           f"{budget.seeds}, sweep lrs {budget.sweep_learning_rates}), budget {FLAGS.budget}, {workers} "
           f"worker(s) x {FLAGS.threads_per_worker or 'default'} thread(s); output {FLAGS.output_dir}", flush=True)
     started = time.time()
