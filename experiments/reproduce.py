@@ -1,45 +1,44 @@
-"""A small-scale reproduction of the RealFormer paper: pretrain Post-LN, Pre-LN,
-RealFormer, RealFormer with running mean, NormFormer and RealFormer+NormFormer on the
-same data with the same seed and budget, evaluate masked-LM accuracy/loss on held-out
-records, repeat at a high learning rate (the paper's Table 6 stability probe: a NaN
-loss is reported as "diverged"), plot the learning curves and run the attention
-analysis (Figures 4-6) over the trained checkpoints.
+"""Pretrains the papers' variants over a grid of depths and seeds plus a learning-rate
+sweep, evaluates each run on held-out records and writes a report with a verdict per
+claim: Post-LN, Pre-LN, RealFormer, RealFormer with running mean, NormFormer and
+RealFormer + NormFormer on the same data (the RealFormer paper's Table 2, Table 6 and
+Figures 4-6; NormFormer's loss and learning-rate claims). experiments/README.md has the
+seeded study's commands and numbers.
+
+  # the seeded study, from raw text (a sentence per line, blank lines between documents,
+  # e.g. made by experiments/prepare_corpus.py); every 10th document is held out
+  python experiments/reproduce.py --budget=study --output_dir=/tmp/study \
+    --text_file=corpus_sentences.txt --vocab_file=vocab.txt
 
   # on existing pretraining TFRecords (train + held-out)
   python experiments/reproduce.py --budget=small --output_dir=/tmp/reproduce \
     --train_input_file=/tmp/real/train.tfrecord --eval_input_file=/tmp/real/eval.tfrecord \
     --vocab_file=$BERT_BASE_DIR/vocab.txt
 
-  # from raw text (one sentence per line, blank lines between documents, e.g. made by
-  # experiments/prepare_corpus.py); every 10th document is held out for evaluation
-  python experiments/reproduce.py --budget=small --output_dir=/tmp/reproduce \
-    --text_file=corpus_sentences.txt --vocab_file=vocab.txt
+  # one run again from its seed (names as in results.md), into a fresh folder
+  python experiments/reproduce.py --budget=study --output_dir=/tmp/check ... \
+    --only=realformer_L12_lr0.001_s2_n2500
 
-Outputs in --output_dir: results.md (a row per run: variant, lr, MLM acc, MLM loss, NSP
-acc, steps, time; the stability probe; attention medians), results.json,
-learning_curves.png, entropy.png, jsd.png, entropy_heads.png, jsd_heads.png,
-attention_summary.json, and one run_pretraining.py output_dir per run
-(<variant>_lr<lr>/: checkpoints, bert_model.ckpt, eval_results.txt, summaries/, the
-run's log reproduce.log). Rerunning the same command reuses finished runs and resumes
-interrupted ones from their checkpoints.
+Outputs in --output_dir: results.md (mean +- std over seeds per variant and depth, the
+sweep, attention statistics, a verdict per claim, every run), claims.json, results.json,
+depth.png, sweep.png, learning_curves.png, entropy.png, jsd.png (+ per-head plots),
+attention_summary.json, study.json (the grid, read by the workers), and one
+run_pretraining.py output_dir per run (<variant>_L<layers>_lr<lr>_s<seed>_n<steps>/:
+checkpoints, bert_model.ckpt, eval_results.txt, summaries/, the run's log
+reproduce.log). The runs are shared by --workers processes; rerunning the same command
+reuses finished runs and resumes interrupted ones from their checkpoints.
 
-Budgets (--budget; single flags such as --num_train_steps override a preset's value):
+Budgets (--budget; single flags such as --num_train_steps or --seeds override a
+preset's value; realformer_tf/experiments.py BUDGETS has them all):
   toy    tiny model (2 layers, hidden 32), 5 steps, batch 8, sequence length 32: seconds
          of compute per run (plus process start-up), for the tests.
-  small  4 layers, hidden 256, 4 heads, intermediate 1024 (3.2M encoder parameters plus
-         the 30522 x 256 embeddings), sequence length 128, batch 16, 180 steps (18 warmup),
-         lr 5e-4 and 2e-3, evaluation on 8 x 32 held-out examples, attention analysis on
-         256. Sized for all 12 runs in about 40 minutes on 2 CPU cores:
-           measured (TF 2.20 CPU, 2 cores shared with other jobs, load average ~5):
-           1.3-2.0 s/step wall and 1.2 CPU-seconds/step at batch 16 in steady state;
-           45-55 s wall (~20-25 CPU-seconds) per run of process start-up, graph
-           tracing and held-out evaluation;
-           extrapolated to 2 idle cores: ~0.75 s/step (1.0 at worst) and ~25 s of
-           overhead, so a run is 25 + 180 x 0.75 ~= 160 s, 12 runs ~= 32 min (41 at
-           1.0 s/step), plus ~1-2 min of attention analysis and plots.
-         On a machine shared like the measurement's, expect about twice that (~75 min).
-         It shows early-training trends only (masked-LM accuracy of a few percent above
-         the unigram baseline); use --num_train_steps for more.
+  small  4 layers, hidden 256, 4 heads, intermediate 1024, sequence length 128, batch 16,
+         180 steps (18 warmup), lr 5e-4 and 2e-3, one seed: about 40 minutes on 2 cores;
+         the very start of training only.
+  study  hidden 64, 4 heads, intermediate 256, 4 and 12 layers, dropout 0, sequence
+         length 64, batch 32, 2,500 steps at lr 1e-3, seeds 1-3; sweep: 4 layers, 800
+         steps at lr 1e-3, 3e-3, 1e-2, 3e-2, seeds 1-2. 84 runs, about 95 minutes on 2
+         idle cores with 2 workers.
 Evaluation runs in this process with the library's pretraining task and training loop
 (run_pretraining.py's --do_eval would read the training --input_file), over exactly the
 available number of held-out batches.

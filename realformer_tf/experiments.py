@@ -1,12 +1,14 @@
-"""A small-scale reproduction of the RealFormer paper's pretraining comparisons (§4.1,
-Table 6's learning-rate stability probe, Figures 4-6's attention analysis), driven by
-experiments/reproduce.py.
+"""The grid of pretraining runs behind experiments/reproduce.py: the papers' variants
+(Post-LN, Pre-LN, RealFormer, RealFormer running mean, NormFormer, RealFormer +
+NormFormer) at several depths and seeds, plus a learning-rate sweep (the RealFormer
+paper's Table 2 and Table 6, NormFormer's stability claim).
 
-Every variant is pretrained in this process by the pretraining job run_pretraining.py
-runs (`realformer_tf.tasks.pretraining.run_pretraining`), trained on the training records
-and then evaluated on the held-out records in the same output_dir, so a run is
-resumable: a rerun reuses finished runs (eval_results.txt at the requested step) and
-resumes interrupted ones from their checkpoints.
+A `Budget` defines the grid, `plan_runs` lists its `Run`s, and `Reproduction` trains and
+evaluates each one with the pretraining job run_pretraining.py runs
+(`realformer_tf.tasks.pretraining.run_pretraining`, in this process), into its own
+output_dir: finished runs (eval_results.txt at the run's step) are reused and
+interrupted ones resume from their checkpoints. `share_of` splits the runs among
+parallel worker processes. realformer_tf/study_report.py writes the report.
 """
 
 import dataclasses
