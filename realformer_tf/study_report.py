@@ -339,22 +339,31 @@ def _evidence(diff, se, z, unit=""):
     return f"difference {diff:+.4f}{unit}, se {se:.4f}, z = {z:+.1f}"
 
 
-def accuracy_claims(repro, results):
+def _realformer_claims(repro, results, metric, values, direction):
+    """Table 2 of the RealFormer paper in one metric: RealFormer vs Post-LN and Pre-LN at
+    every depth, and the Post-LN gap growing with depth."""
     claims = []
     depths = repro.budget.layer_counts
+    better = "higher MLM accuracy" if direction > 0 else "lower MLM loss"
     for other in ("post", "pre"):
         for layers in depths:
-            verdict, diff, se, z = compare(_accuracies(repro, results, "realformer", layers),
-                                           _accuracies(repro, results, other, layers))
-            claims.append(Claim("RealFormer Table 2", f"RealFormer has higher MLM accuracy than "
-                                f"{VARIANTS[other].title} at {layers} layers", verdict, _evidence(diff, se, z)))
+            verdict, diff, se, z = compare(values(repro, results, "realformer", layers),
+                                           values(repro, results, other, layers), direction)
+            claims.append(Claim("RealFormer Table 2", f"RealFormer has {better} than {VARIANTS[other].title} "
+                                f"at {layers} layers", verdict, _evidence(diff, se, z)))
     if len(depths) > 1:
-        gaps = [(_accuracies(repro, results, "realformer", d), _accuracies(repro, results, "post", d))
+        gaps = [(values(repro, results, "realformer", d), values(repro, results, "post", d))
                 for d in (depths[-1], depths[0])]
-        verdict, diff, se, z = compare_gaps(*gaps)
-        claims.append(Claim("RealFormer Table 2", f"the RealFormer - Post-LN accuracy gap grows from "
+        verdict, diff, se, z = compare_gaps(*gaps, direction=direction)
+        claims.append(Claim("RealFormer Table 2", f"the RealFormer - Post-LN {metric} gap grows from "
                             f"{depths[0]} to {depths[-1]} layers", verdict, _evidence(diff, se, z)))
-    for layers in depths:
+    return claims
+
+
+def accuracy_claims(repro, results):
+    claims = (_realformer_claims(repro, results, "accuracy", _accuracies, 1)
+              + _realformer_claims(repro, results, "loss", _losses, -1))
+    for layers in repro.budget.layer_counts:
         verdict, diff, se, z = compare(_losses(repro, results, "normformer", layers),
                                        _losses(repro, results, "pre", layers), direction=-1)
         claims.append(Claim("NormFormer", f"NormFormer has lower MLM loss than Pre-LN at equal steps "
