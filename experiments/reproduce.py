@@ -245,7 +245,7 @@ def _state_path(output_dir):
 def _reproduction(state):
     from realformer_tf import experiments
 
-    budget = dataclasses.replace(experiments.Budget(**state["settings"]))
+    budget = experiments.Budget(**state["settings"])  # JSON gave lists; the grid hashes tuples
     budget = dataclasses.replace(budget, **{k: tuple(getattr(budget, k)) for k in LIST_TYPES})
     return experiments.Reproduction(state["output_dir"], state["variants"], budget, state["train_file"],
                                     state["eval_file"], state["vocab_size"], probe_variants=state["probe"])

@@ -437,14 +437,14 @@ def write_all(repro, results, budget_name, data_note="", analysis=True, log_fn=p
     out = repro.output_dir
     b = repro.budget
     baseline, copy_baseline = plateau_baselines(repro.eval_file, b.max_seq_length, b.max_predictions_per_seq)
-    plots = [plot_depth(repro, results, (baseline, copy_baseline), os.path.join(out, "depth.png")),
-             plot_curves(repro, results, os.path.join(out, "learning_curves.png"))]
+    plot_depth(repro, results, (baseline, copy_baseline), os.path.join(out, "depth.png"))
+    plot_curves(repro, results, os.path.join(out, "learning_curves.png"))
     claims = accuracy_claims(repro, results)
     lines = header_lines(repro, budget_name, data_note, baseline, copy_baseline)
     lines += ["", "## Depth: held-out masked-LM accuracy (mean ± std over seeds)", ""] + depth_table(repro, results)
     lines += ["", "![depth](depth.png)", "", "![learning curves](learning_curves.png)"]
     if b.sweep_learning_rates:
-        plots.append(plot_sweep(repro, results, baseline, os.path.join(out, "sweep.png")))
+        plot_sweep(repro, results, baseline, os.path.join(out, "sweep.png"))
         claims += stability_claims(repro, results, baseline)
         lines += ["", "## Learning-rate sweep: held-out MLM accuracy (mean ± std over seeds)", ""]
         lines += sweep_table(repro, results, baseline) + ["", "![sweep](sweep.png)"]
