@@ -15,7 +15,7 @@ on the [B, L, intermediate] activation, -17% step memory and -10% step time; van
 NormFormer's feed-forward LayerNorm(gelu(x)) runs as one such op
 (`LayerNorm.activate_and_normalize`), which keeps only gelu's input and two per-row
 statistics for the backward pass and recomputes the rest there: NormFormer's step
-memory 1.25x -> 0.86x vanilla BERT's at the `small` benchmark preset.
+memory 1.21-1.25x -> 0.89x vanilla BERT's at the `small` benchmark preset.
 
 The gradient goes through `keras.ops.custom_gradient` (tf.custom_gradient,
 jax.custom_gradient, a torch.autograd.Function). On PyTorch, Keras runs the forward of
