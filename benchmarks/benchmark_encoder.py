@@ -62,8 +62,7 @@ PRESETS = {
     "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072,
                  seq_length=128, batch_size=8),
 }
-VOCAB_SIZE = 30522
-TYPE_VOCAB_SIZE = 2
+from bench_inputs import TYPE_VOCAB_SIZE, VOCAB_SIZE, input_arrays  # noqa: E402
 MAX_POSITIONS = 512
 
 # name -> BertConfig overrides (None: Model Garden's BertEncoderV2).
@@ -157,17 +156,8 @@ def shape_config(args):
 
 
 def make_inputs(shape, seed):
-    """Token ids, a padding mask with ragged lengths (half to full), two segments."""
-    rng = np.random.default_rng(seed)
-    b, l = shape["batch_size"], shape["seq_length"]
-    ids = rng.integers(1000, VOCAB_SIZE, size=(b, l), dtype=np.int32)
-    lengths = rng.integers(l // 2, l + 1, size=b)
-    lengths[0] = l
-    pos = np.arange(l)[None, :]
-    mask = (pos < lengths[:, None]).astype(np.int32)
-    segments = ((pos >= (lengths[:, None] // 2)) & (mask == 1)).astype(np.int32)
-    ids = ids * mask
-    return tf.constant(ids), tf.constant(mask), tf.constant(segments)
+    """benchmarks/bench_inputs.py's arrays as tf.constant tensors."""
+    return tuple(tf.constant(a) for a in input_arrays(shape, seed))
 
 
 def bert_config(shape, overrides, dropout):

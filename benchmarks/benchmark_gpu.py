@@ -70,8 +70,7 @@ import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-VOCAB_SIZE = 30522
-TYPE_VOCAB_SIZE = 2
+from bench_inputs import TYPE_VOCAB_SIZE, VOCAB_SIZE, input_arrays  # noqa: E402
 MAX_POSITIONS = 512
 LAYER_NORM_EPSILON = 1e-12  # modeling.LAYER_NORM_EPSILON
 # realformer_tf.optimization.NO_WEIGHT_DECAY (that module imports TensorFlow).
@@ -199,17 +198,8 @@ class Encoder(keras.Model):
 
 
 def make_inputs(shape, seed):
-    """Token ids, a padding mask with ragged lengths (half to full), two segments
-    (benchmark_encoder.make_inputs)."""
-    rng = np.random.default_rng(seed)
-    b, l = shape["batch_size"], shape["seq_length"]
-    ids = rng.integers(1000, VOCAB_SIZE, size=(b, l), dtype=np.int32)
-    lengths = rng.integers(l // 2, l + 1, size=b)
-    lengths[0] = l
-    pos = np.arange(l)[None, :]
-    mask = (pos < lengths[:, None]).astype(np.int32)
-    segments = ((pos >= (lengths[:, None] // 2)) & (mask == 1)).astype(np.int32)
-    return tuple(jnp.asarray(a) for a in (ids * mask, mask, segments))
+    """benchmarks/bench_inputs.py's arrays as jnp.asarray tensors."""
+    return tuple(jnp.asarray(a) for a in input_arrays(shape, seed))
 
 
 def model_flops(shape):

@@ -36,30 +36,30 @@ def mean_std(values):
     return float(np.mean(values)), std, len(values)
 
 
-def compare(a, b, direction=1):
-    """Verdict that mean(a) - mean(b) has the sign `direction`: (verdict, diff, se, z)."""
-    (ma, sa, na), (mb, sb, nb) = mean_std(a), mean_std(b)
-    diff = ma - mb
-    if na < 2 or nb < 2:
-        return "inconclusive", diff, float("nan"), float("nan")
-    se = math.sqrt(sa ** 2 / na + sb ** 2 / nb)
+def _verdict(diff, se, direction):
+    """(verdict, diff, se, z) for a difference `diff` with standard error `se`."""
     z = direction * diff / se if se > 0 else math.copysign(math.inf, direction * diff) if diff else 0.0
     verdict = "reproduced" if z > Z_THRESHOLD else "not reproduced" if z < -Z_THRESHOLD else "inconclusive"
     return verdict, diff, se, z
 
 
+def compare(a, b, direction=1):
+    """Verdict that mean(a) - mean(b) has the sign `direction`: (verdict, diff, se, z)."""
+    (ma, sa, na), (mb, sb, nb) = mean_std(a), mean_std(b)
+    if na < 2 or nb < 2:
+        return "inconclusive", ma - mb, float("nan"), float("nan")
+    return _verdict(ma - mb, math.sqrt(sa ** 2 / na + sb ** 2 / nb), direction)
+
+
 def compare_gaps(deep, shallow, direction=1):
     """Verdict that the gap (a - b) is larger at depth than shallow: each argument is the
     pair (a values, b values)."""
-    (da, sda, nda), (db, sdb, ndb) = mean_std(deep[0]), mean_std(deep[1])
-    (sa, ssa, nsa), (sb, ssb, nsb) = mean_std(shallow[0]), mean_std(shallow[1])
+    stats = [mean_std(values) for values in (*deep, *shallow)]
+    (da, _, _), (db, _, _), (sa, _, _), (sb, _, _) = stats
     diff = (da - db) - (sa - sb)
-    if min(nda, ndb, nsa, nsb) < 2:
+    if min(n for _, _, n in stats) < 2:
         return "inconclusive", diff, float("nan"), float("nan")
-    se = math.sqrt(sda ** 2 / nda + sdb ** 2 / ndb + ssa ** 2 / nsa + ssb ** 2 / nsb)
-    z = direction * diff / se if se > 0 else 0.0
-    verdict = "reproduced" if z > Z_THRESHOLD else "not reproduced" if z < -Z_THRESHOLD else "inconclusive"
-    return verdict, diff, se, z
+    return _verdict(diff, math.sqrt(sum(s ** 2 / n for _, s, n in stats)), direction)
 
 
 def plateau_baselines(eval_file, max_seq_length, max_predictions_per_seq):

@@ -1,0 +1,21 @@
+"""The benchmarks' encoder inputs as NumPy arrays, with no framework imported, so the
+TensorFlow benchmarks and the JAX-only GPU benchmark feed the same batches."""
+
+import numpy as np
+
+VOCAB_SIZE = 30522
+TYPE_VOCAB_SIZE = 2
+
+
+def input_arrays(shape, seed):
+    """(token ids, padding mask, segment ids), int32 [batch, length]: ragged lengths from
+    half to full (the first row full), two segments per row, ids 0 on padding."""
+    rng = np.random.default_rng(seed)
+    b, l = shape["batch_size"], shape["seq_length"]
+    ids = rng.integers(1000, VOCAB_SIZE, size=(b, l), dtype=np.int32)
+    lengths = rng.integers(l // 2, l + 1, size=b)
+    lengths[0] = l
+    pos = np.arange(l)[None, :]
+    mask = (pos < lengths[:, None]).astype(np.int32)
+    segments = ((pos >= (lengths[:, None] // 2)) & (mask == 1)).astype(np.int32)
+    return ids * mask, mask, segments
