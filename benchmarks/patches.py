@@ -9,9 +9,15 @@ keras_ln
     replaced: shows what the custom gradient buys.
 
 composite_ffn
-    NormFormer's feed-forward LayerNorm(gelu(x)) as the two composite ops instead of the
-    library's one recomputing op (`LayerNorm.activate_and_normalize`, adopted from this
-    benchmark's former `fused_ffn` patch): shows what the fusion buys.
+    NormFormer's feed-forward output_dense(LayerNorm(gelu(x))) as the three layers one
+    after the other instead of the library's `LayerNorm.activate_normalize_and_project`
+    (gelu and the standardization as one recomputing op, gamma and beta folded into the
+    projection): shows what the fusion and the fold buy.
+
+unfolded_head_scale
+    NormFormer's head scale as a multiply on the [batch, length, heads * head_dim]
+    context before the output projection instead of folded into that projection's
+    kernel: shows what the fold buys.
 
 gelu_recompute
     A candidate for the other blocks: BERT's tanh gelu as one op with a hand-written
@@ -26,11 +32,12 @@ import keras
 import tensorflow as tf
 
 from realformer_tf.layers import normalization
-from realformer_tf.layers.activations import get_activation
+from realformer_tf.layers.attention import ResidualMultiHeadAttention
 
 PATCHES = {
     "keras_ln": "Keras 3's composite LayerNormalization instead of the library's LayerNorm",
-    "composite_ffn": "NormFormer's LayerNorm(gelu(x)) as composite ops instead of the library's fused op",
+    "composite_ffn": "NormFormer's dense(LayerNorm(gelu(x))) as three layers instead of the library's fused and folded op",
+    "unfolded_head_scale": "NormFormer's head scale multiplied into the context instead of folded into the kernel",
     "gelu_recompute": "feed-forward gelu as one op that recomputes in the backward pass",
 }
 
@@ -55,9 +62,21 @@ def gelu(x):
     return _gelu_and_slope(x)[0], backward
 
 
-def _composite_activate_and_normalize(self, pre_activation, hidden_act):
-    """What `LayerNorm.activate_and_normalize` replaced: the activation, then the norm."""
-    return self(get_activation(hidden_act)(pre_activation))
+class _UnfoldableDense(keras.layers.Dense):
+    """A Dense layer that `folding.can_fold_into` refuses (it takes exact Dense only), so
+    the library falls back to running the scale, the norm and the projection one after
+    the other: the code paths the fold replaced."""
+
+
+def _refuse_folding(dense):
+    dense.__class__ = _UnfoldableDense
+
+
+def _composite_activate_normalize_and_project(self, pre_activation, hidden_act, dense):
+    """`LayerNorm.activate_normalize_and_project`'s fallback, for a Keras LayerNormalization."""
+    from realformer_tf.layers.activations import get_activation
+
+    return dense(self(get_activation(hidden_act)(pre_activation)))
 
 
 def apply_to(model, names):
@@ -67,7 +86,7 @@ def apply_to(model, names):
     if unknown:
         raise ValueError(f"unknown patch(es) {', '.join(unknown)}; known: {', '.join(PATCHES)}")
     if "keras_ln" in names:
-        names = names + ["composite_ffn"]  # Keras' LayerNormalization has no fused entry point
+        names = names + ["composite_ffn"]  # Keras' LayerNormalization has no fused op
     blocks = [layer for layer in model._flatten_layers() if hasattr(layer, "_feed_forward_sublayer")]
     if "gelu_recompute" in names or "composite_ffn" in names:
         acts = sorted({layer.hidden_act for layer in blocks} - {"gelu"})
@@ -77,11 +96,16 @@ def apply_to(model, names):
         if "gelu_recompute" in names and not layer.normformer:
             layer.activation = gelu
         if "composite_ffn" in names and layer.normformer:
-            norm = layer.intermediate_layer_norm
-            norm.activate_and_normalize = types.MethodType(_composite_activate_and_normalize, norm)
+            _refuse_folding(layer.output_dense)
+    if "unfolded_head_scale" in names:
+        for layer in model._flatten_layers():
+            if isinstance(layer, ResidualMultiHeadAttention):
+                _refuse_folding(layer.output_dense)
     if "keras_ln" in names:
         for layer in model._flatten_layers():
             if isinstance(layer, normalization.LayerNorm):
                 # Same weights and config; only `call` changes to the parent's.
                 layer.__class__ = keras.layers.LayerNormalization
+                layer.activate_normalize_and_project = types.MethodType(
+                    _composite_activate_normalize_and_project, layer)
     return model

@@ -267,7 +267,7 @@ def test_model_export_serves_the_same_numbers(tmp_path):
 
 
 # ------------------------------------------------------------------ docstrings
-@pytest.mark.parametrize("module", ["attention", "transformer", "encoder", "embeddings"])
+@pytest.mark.parametrize("module", ["attention", "transformer", "encoder", "embeddings", "folding"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

@@ -95,6 +95,10 @@ def test_block_gradients_match_reference_finite_differences(layer_norm_type):
             residual_scale=block.residual_scale,
             head_scale=block.attention.head_scale,
             intermediate_ln_gamma=block.intermediate_layer_norm.gamma,
+            intermediate_ln_beta=block.intermediate_layer_norm.beta,
+            output_kernel=block.output_dense.kernel,
+            output_bias=block.output_dense.bias,
+            attention_output_kernel=block.attention.output_dense.kernel,
             attention_post_ln_beta=block.attention_post_layer_norm.beta,
         )
     with tf.GradientTape() as tape:
@@ -114,6 +118,10 @@ def test_block_gradients_match_reference_finite_differences(layer_norm_type):
             residual_scale=p["ffn"]["residual_scale"],
             head_scale=p["attention"]["head_scale"],
             intermediate_ln_gamma=p["ffn"]["ln_inner"][0],
+            intermediate_ln_beta=p["ffn"]["ln_inner"][1],
+            output_kernel=p["ffn"]["w2"],
+            output_bias=p["ffn"]["b2"],
+            attention_output_kernel=p["attention"]["wo"],
             attention_post_ln_beta=p["ln_attention_post"][1],
         )
 

@@ -478,57 +478,110 @@ def test_layer_norm_hand_written_gradient_matches_reference_finite_differences()
         ref.assert_close(f"layer_norm_grad/{name}", got, ref.numeric_grad(f, arr), 2e-4)
 
 
-def test_fused_gelu_layer_norm_matches_reference_and_finite_differences():
-    """NormFormer's feed-forward LayerNorm(gelu(x)) as one op (recomputing gelu in the
-    backward pass), on this backend: values against NumPy's tanh gelu then LayerNorm,
-    gradients against central differences of that float64 reference."""
-    from realformer_tf.layers.normalization import _gelu_layer_norm
+def test_fused_gelu_standardize_matches_reference_and_finite_differences():
+    """NormFormer's feed-forward standardize(gelu(x)) as one op (gelu in its sigmoid
+    form, slope kept for the backward pass), on this backend: values against NumPy's tanh
+    gelu then a LayerNorm without gamma and beta, gradients against central differences
+    of that float64 reference."""
+    from realformer_tf.layers.normalization import _gelu_standardize
 
     rng = np.random.default_rng(31)
-    x, gamma, beta = rng.normal(size=(2, 3, 13)) * 2, rng.uniform(0.5, 1.5, 13), rng.normal(size=13)
-    r = rng.normal(size=(2, 3, 13))
+    x, r = rng.normal(size=(2, 3, 13)) * 2, rng.normal(size=(2, 3, 13))
+    ones, zeros = np.ones(13), np.zeros(13)
 
-    def fused(*t):
-        return _gelu_layer_norm(*t, 1e-12, "float32")
+    def fused(t):
+        return _gelu_standardize(t, 1e-12, "float32")
 
-    got = fused(*(keras.ops.convert_to_tensor(a.astype(np.float32)) for a in (x, gamma, beta)))
-    ref.assert_close("gelu_layer_norm", got, ref.layer_norm(ref.gelu_tanh(x), gamma, beta), 1e-5)
-    grads = _backend_gradients(
-        lambda *t: keras.ops.sum(fused(*t) * keras.ops.convert_to_tensor(r, "float32")),
-        [a.astype(np.float32) for a in (x, gamma, beta)],
+    got = fused(keras.ops.convert_to_tensor(x.astype(np.float32)))
+    ref.assert_close("gelu_standardize", got, ref.layer_norm(ref.gelu_tanh(x), ones, zeros), 2e-5)
+    (grad,) = _backend_gradients(
+        lambda t: keras.ops.sum(fused(t) * keras.ops.convert_to_tensor(r, "float32")),
+        [x.astype(np.float32)],
     )
 
     def f():
-        return float(np.sum(ref.layer_norm(ref.gelu_tanh(x), gamma, beta) * r))
+        return float(np.sum(ref.layer_norm(ref.gelu_tanh(x), ones, zeros) * r))
 
-    for name, arr, grad in zip(("x", "gamma", "beta"), (x, gamma, beta), grads):
-        ref.assert_close(f"gelu_layer_norm_grad/{name}", grad, ref.numeric_grad(f, arr), 2e-4)
+    ref.assert_close("gelu_standardize_grad/x", grad, ref.numeric_grad(f, x), 2e-4)
 
 
-@pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
-def test_activate_and_normalize_equals_the_composite_in_mixed_bfloat16(hidden_act):
-    """The LayerNorm's fused entry point (gelu) and its fallback (other activations) give
-    the composite's values and input gradients under mixed_bfloat16, in bfloat16."""
+def test_dense_of_scaled_matches_reference_and_finite_differences():
+    """`folding.dense_of_scaled(dense, x, scale, shift)` is `dense(x * scale + shift)`:
+    values against NumPy, gradients of x, scale and shift against central differences,
+    on this backend (the kernel's and bias's gradients: test_layers_gradients.py)."""
+    from realformer_tf.layers import folding
+
+    rng = np.random.default_rng(33)
+    dense = keras.layers.Dense(5)
+    dense.build((None, 7))
+    w, b = rng.normal(size=(7, 5)), rng.normal(size=5)
+    dense.kernel.assign(w.astype(np.float32))
+    dense.bias.assign(b.astype(np.float32))
+    x, scale, shift = rng.normal(size=(2, 3, 7)), rng.uniform(0.5, 1.5, 7), rng.normal(size=7)
+    r = rng.normal(size=(2, 3, 5))
+
+    def expected():
+        return (x * scale + shift) @ w + b
+
+    arrays = [a.astype(np.float32) for a in (x, scale, shift)]
+    got = folding.dense_of_scaled(dense, *(keras.ops.convert_to_tensor(a) for a in arrays))
+    ref.assert_close("dense_of_scaled", got, expected(), 1e-5)
+    grads = _backend_gradients(
+        lambda *t: keras.ops.sum(folding.dense_of_scaled(dense, *t) * keras.ops.convert_to_tensor(r, "float32")),
+        arrays,
+    )
+    for name, arr, grad in zip(("x", "scale", "shift"), (x, scale, shift), grads):
+        ref.assert_close(f"dense_of_scaled_grad/{name}", grad,
+                         ref.numeric_grad(lambda: float(np.sum(expected() * r)), arr), 2e-4)
+
+
+def test_folding_is_refused_where_the_dense_call_is_not_x_at_kernel_plus_bias():
+    from realformer_tf.layers import folding
+
+    plain, activated = keras.layers.Dense(3), keras.layers.Dense(3, activation="relu")
+
+    class Custom(keras.layers.Dense):
+        pass
+
+    assert folding.can_fold_into(plain)
+    assert not folding.can_fold_into(activated)
+    assert not folding.can_fold_into(Custom(3))
+
+
+class _UnfoldableDense(keras.layers.Dense):
+    """`folding.can_fold_into` refuses subclasses: the layers run one after the other."""
+
+
+@pytest.mark.parametrize("hidden_act,folded", [("gelu", True), ("relu", True), ("gelu", False)])
+def test_activate_normalize_and_project_equals_the_composite_in_mixed_bfloat16(hidden_act, folded):
+    """NormFormer's feed-forward entry point (the fused gelu op or another activation, gamma
+    and beta folded into the projection; or, for a projection that refuses folding, the
+    layers one after the other) gives dense(LayerNorm(act(x)))'s values and input gradients
+    under mixed_bfloat16, in bfloat16."""
     from realformer_tf.layers.activations import get_activation
     from realformer_tf.layers.normalization import LayerNorm
 
+    rng = np.random.default_rng(32)
     norm = LayerNorm(epsilon=1e-12, dtype="mixed_bfloat16")
     norm.build((None, I))
-    rng = np.random.default_rng(32)
     norm.gamma.assign(rng.uniform(0.5, 1.5, I).astype(np.float32))
     norm.beta.assign(rng.normal(size=I).astype(np.float32))
+    dense = (keras.layers.Dense if folded else _UnfoldableDense)(H, dtype="mixed_bfloat16")
+    dense.build((None, I))
     x = rng.normal(size=(B, L, I)).astype(np.float32) * 2
-    r = keras.ops.convert_to_tensor(rng.normal(size=(B, L, I)), "float32")
+    r = keras.ops.convert_to_tensor(rng.normal(size=(B, L, H)), "float32")
 
-    def loss(fn):
-        return lambda t: keras.ops.sum(keras.ops.cast(fn(keras.ops.cast(t, "bfloat16")), "float32") * r)
+    def fused(t):
+        return norm.activate_normalize_and_project(keras.ops.cast(t, "bfloat16"), hidden_act, dense)
 
-    fused = norm.activate_and_normalize(keras.ops.cast(x, "bfloat16"), hidden_act)
-    composite = norm(get_activation(hidden_act)(keras.ops.cast(x, "bfloat16")))
-    assert keras.backend.standardize_dtype(fused.dtype) == "bfloat16"
-    np.testing.assert_allclose(ref.to_numpy(fused).astype(np.float32),
-                               ref.to_numpy(composite).astype(np.float32), atol=0.05)
-    (g_fused,) = _backend_gradients(loss(lambda t: norm.activate_and_normalize(t, hidden_act)), [x])
-    (g_composite,) = _backend_gradients(loss(lambda t: norm(get_activation(hidden_act)(t))), [x])
-    g_fused, g_composite = (ref.to_numpy(g).astype(np.float32) for g in (g_fused, g_composite))
+    def composite(t):
+        return dense(norm(get_activation(hidden_act)(keras.ops.cast(t, "bfloat16"))))
+
+    got, want = fused(x), composite(x)
+    assert keras.backend.standardize_dtype(got.dtype) == "bfloat16"
+    np.testing.assert_allclose(ref.to_numpy(got).astype(np.float32),
+                               ref.to_numpy(want).astype(np.float32), atol=0.05)
+    grads = [_backend_gradients(lambda t: keras.ops.sum(keras.ops.cast(fn(t), "float32") * r), [x])[0]
+             for fn in (fused, composite)]
+    g_fused, g_composite = (ref.to_numpy(g).astype(np.float32) for g in grads)
     assert np.abs(g_fused - g_composite).max() <= 0.03 * np.abs(g_composite).max()

@@ -241,11 +241,8 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         probs = self.attention_probabilities(scores, mask)
         probs = self.probability_dropout(ops.cast(probs, v.dtype), training=training)
         context = scores_lib.merge_heads(scores_lib.context(probs, v))
-        if self.use_head_scale and self.head_scale_position == "before_projection":
-            context = scores_lib.scale_heads(context, self.head_scale)
-        output = self.output_dense(context)
-        if self.use_head_scale and self.head_scale_position == "after_projection":
-            output = scores_lib.scale_heads(output, self.head_scale)
+        head_scale = self.head_scale if self.use_head_scale else None
+        output = scores_lib.project_heads(self.output_dense, context, head_scale, self.head_scale_position)
         return output, scores
 
     def compute_mask(self, query, previous_mask=None):

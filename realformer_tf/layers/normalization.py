@@ -12,10 +12,14 @@ on the [B, L, intermediate] activation, -17% step memory and -10% step time; van
     dx     = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
     dgamma = sum(dy * xhat),  dbeta = sum(dy)
 
-NormFormer's feed-forward LayerNorm(gelu(x)) runs as one such op
-(`LayerNorm.activate_and_normalize`), which keeps only gelu's input and two per-row
-statistics for the backward pass and recomputes the rest there: NormFormer's step
-memory 1.21-1.25x -> 0.89x vanilla BERT's at the `small` benchmark preset.
+Where a LayerNorm feeds a plain Dense layer (the pre-LN feed-forward's first projection,
+NormFormer's feed-forward LayerNorm before the second), gamma and beta fold into that
+projection's weights (`realformer_tf.layers.folding`) and only the standardization runs
+on the activation (`LayerNorm.normalize_and_project`). NormFormer's feed-forward
+LayerNorm(gelu(x)) is one standardizing op with gelu inside that keeps gelu's slope
+for the backward pass (`LayerNorm.activate_normalize_and_project`). Together: NormFormer's
+step memory 1.21-1.25x -> 0.76x vanilla BERT's at the `small` benchmark preset, its
+step time 1.15x -> 1.07x.
 
 The gradient goes through `keras.ops.custom_gradient` (tf.custom_gradient,
 jax.custom_gradient, a torch.autograd.Function). On PyTorch, Keras runs the forward of
@@ -28,6 +32,8 @@ import math
 import keras
 from keras import ops
 
+from realformer_tf.layers import folding
+
 
 def _moments(x):
     mean = ops.mean(x, axis=-1, keepdims=True)
@@ -35,12 +41,16 @@ def _moments(x):
     return mean, variance
 
 
+def _standardize_backward(dxhat, xhat, rstd):
+    """dx of xhat = (x - mean) * rstd."""
+    return rstd * (dxhat - ops.mean(dxhat, -1, keepdims=True)
+                   - xhat * ops.mean(dxhat * xhat, -1, keepdims=True))
+
+
 def _normalize_backward(dy, xhat, rstd, gamma):
     """(dx, dgamma, dbeta) of y = xhat * gamma + beta, xhat = (x - mean) * rstd."""
     batch_axes = tuple(range(len(dy.shape) - 1))
-    dxhat = dy * gamma
-    dx = rstd * (dxhat - ops.mean(dxhat, -1, keepdims=True)
-                 - xhat * ops.mean(dxhat * xhat, -1, keepdims=True))
+    dx = _standardize_backward(dy * gamma, xhat, rstd)
     return dx, ops.sum(dy * xhat, batch_axes), ops.sum(dy, batch_axes)
 
 
@@ -64,42 +74,63 @@ def _layer_norm(x, gamma, beta, epsilon):
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_K = 0.044715
 
 
-def _tanh_gelu(x):
-    """BERT's gelu (the tanh approximation) and the tanh it needs for its slope."""
-    t = ops.tanh(_GELU_C * (x + 0.044715 * x * x * x))
-    return 0.5 * x * (1.0 + t), t
+def _gelu_and_slope(x):
+    """BERT's gelu 0.5 * x * (1 + tanh(u)), u = C * (x + K * x^3), and its derivative.
+
+    Written as x * sigmoid(2u), the same function in fewer elementwise passes:
+    d/dx = s + x * s * (1 - s) * 2C * (1 + 3K x^2) with s = sigmoid(2u)."""
+    x2 = x * x
+    s = ops.sigmoid(x * (x2 * (2 * _GELU_C * _GELU_K) + 2 * _GELU_C))
+    slope = s + x * (x2 * (6 * _GELU_C * _GELU_K) + 2 * _GELU_C) * (s - s * s)
+    return x * s, slope
 
 
-def _tanh_gelu_slope(x, t):
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+def _gelu_standardize(x, epsilon, stats_dtype):
+    """(gelu(x) - mean) / std over the last axis as one op: NormFormer's feed-forward
+    LayerNorm without its gamma and beta (which fold into the next projection).
 
-
-def _gelu_layer_norm(x, gamma, beta, epsilon, stats_dtype):
-    """LayerNorm(gelu(x)) over the last axis as one op: NormFormer's feed-forward.
-
-    The composite keeps gelu's temporaries, its output and the normalized activation,
-    each as large as x ([batch, length, intermediate]), for the backward pass; this keeps
-    x and two per-row statistics and recomputes the rest there (same math, about a
-    quarter less step memory for a NormFormer model). gelu runs in x's dtype, the
-    normalization in `stats_dtype`, as in the composite."""
+    The backward pass keeps the result (which the next projection keeps anyway), gelu's
+    slope and two per-row statistics: one [batch, length, intermediate] tensor of its
+    own where the composite keeps gelu's temporaries, its output and the normalized
+    activation, and about 20 fewer elementwise passes over that size than the
+    composite's autodiff (benchmarks/patches.py `composite_ffn`). gelu runs in x's
+    dtype, the statistics and the result in `stats_dtype`, as in the composite."""
 
     @ops.custom_gradient
-    def forward(x, gamma, beta):
-        a = ops.cast(_tanh_gelu(x)[0], stats_dtype)
+    def forward(x):
+        a, slope = _gelu_and_slope(x)
+        a = ops.cast(a, stats_dtype)
         mean, variance = _moments(a)
         rstd = ops.rsqrt(variance + epsilon)
+        xhat = (a - mean) * rstd
 
         def backward(*args, upstream=None):
-            a, t = _tanh_gelu(x)
-            xhat = (ops.cast(a, stats_dtype) - mean) * rstd
-            da, dgamma, dbeta = _normalize_backward(_upstream(args, upstream), xhat, rstd, gamma)
-            return ops.cast(da, x.dtype) * _tanh_gelu_slope(x, t), dgamma, dbeta
+            da = _standardize_backward(_upstream(args, upstream), xhat, rstd)
+            return ops.cast(da, x.dtype) * slope
 
-        return (a - mean) * rstd * gamma + beta, backward
+        return xhat, backward
 
-    return forward(x, gamma, beta)
+    return forward(x)
+
+
+def _standardize(x, epsilon):
+    """(x - mean) / std over the last axis, with the backward of `_standardize_backward`."""
+
+    @ops.custom_gradient
+    def forward(x):
+        mean, variance = _moments(x)
+        rstd = ops.rsqrt(variance + epsilon)
+        xhat = (x - mean) * rstd
+
+        def backward(*args, upstream=None):
+            return _standardize_backward(_upstream(args, upstream), xhat, rstd)
+
+        return xhat, backward
+
+    return forward(x)
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -125,19 +156,43 @@ class LayerNorm(keras.layers.LayerNormalization):
     def _stats_dtype(self, inputs):
         return "float64" if keras.backend.standardize_dtype(inputs.dtype) == "float64" else "float32"
 
-    def activate_and_normalize(self, pre_activation, hidden_act):
-        """self(get_activation(hidden_act)(pre_activation)); for BERT's "gelu" as one op
-        that recomputes the activation in the backward pass (`_gelu_layer_norm`).
+    def normalize_and_project(self, inputs, dense):
+        """dense(self(inputs)), with this LayerNorm's gamma and beta folded into `dense`'s
+        weights when it is a plain Dense layer (`folding.dense_of_scaled`), so that only
+        the standardization runs on the activation: the pre-LN feed-forward's first
+        projection.
 
         Args:
-          pre_activation: the tensor the activation applies to, normalized over its last axis.
-          hidden_act: a BERT config activation name (realformer_tf.layers.activations).
+          inputs: [..., width] tensor, normalized over its last axis.
+          dense: the projection that takes the normalized tensor.
         """
-        if hidden_act != "gelu" or not self._normalizes_last_axis(pre_activation):
-            from realformer_tf.layers.activations import get_activation
+        if not (folding.can_fold_into(dense) and self._normalizes_last_axis(inputs)):
+            return dense(self(inputs))
+        xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon)
+        return folding.dense_of_scaled(dense, ops.cast(xhat, dense.compute_dtype), self.gamma, self.beta)
 
-            return self(get_activation(hidden_act)(pre_activation))
+    def activate_normalize_and_project(self, pre_activation, hidden_act, dense):
+        """dense(self(get_activation(hidden_act)(pre_activation))), NormFormer's feed-forward.
+
+        When `dense` is a plain Dense layer, this LayerNorm's gamma and beta fold into
+        its weights (`folding.dense_of_scaled`) and only the standardization runs on the
+        [batch, length, intermediate] activation; for BERT's "gelu" that standardization
+        and the activation are one op that recomputes gelu in the backward pass
+        (`_gelu_standardize`). Otherwise the layers run one after the other.
+
+        Args:
+          pre_activation: [..., width] input of the activation; normalized over its last axis.
+          hidden_act: a BERT config activation name (realformer_tf.layers.activations).
+          dense: the projection that takes the normalized activation.
+        """
+        from realformer_tf.layers.activations import get_activation
+
+        if not (folding.can_fold_into(dense) and self._normalizes_last_axis(pre_activation)):
+            return dense(self(get_activation(hidden_act)(pre_activation)))
         stats_dtype = self._stats_dtype(pre_activation)
-        y = _gelu_layer_norm(pre_activation, ops.cast(self.gamma, stats_dtype), ops.cast(self.beta, stats_dtype),
-                             self.epsilon, stats_dtype)
-        return ops.cast(y, self.compute_dtype)
+        if hidden_act == "gelu":
+            xhat = _gelu_standardize(pre_activation, self.epsilon, stats_dtype)
+        else:
+            activation = get_activation(hidden_act)(pre_activation)
+            xhat = _standardize(ops.cast(activation, stats_dtype), self.epsilon)
+        return folding.dense_of_scaled(dense, ops.cast(xhat, dense.compute_dtype), self.gamma, self.beta)

@@ -28,12 +28,18 @@ Public API (stable):
   split_heads(x, num_heads, head_dim)   [B, L, N*D] -> [B, L, N, D]
   merge_heads(x)                        [B, L, N, D] -> [B, L, N*D]
   scale_heads(x, head_scale)            multiplies the N equal chunks of the last dim
+  project_heads(dense, context, head_scale=None, head_scale_position="before_projection")
+                                        the output projection of merged heads, with
+                                        NormFormer's head scale (folded into the kernel
+                                        where `dense` allows)
   context(probs, value)                 [B,N,F,T] x [B,T,N,D] -> [B,F,N,D]
 """
 
 import numpy as np
 from keras import backend
 from keras import ops
+
+from realformer_tf.layers import folding
 
 MASK_VALUE = -10000.0
 
@@ -144,6 +150,22 @@ def scale_heads(x, head_scale):
     heads = split_heads(x, num_heads, width // num_heads)
     heads = heads * ops.cast(head_scale, x.dtype)[:, None]
     return merge_heads(heads)
+
+
+def project_heads(dense, context, head_scale=None, head_scale_position="before_projection"):
+    """`dense(context)` for the merged [batch, length, heads * head_dim] context, with
+    NormFormer's per-head scale on the heads before the projection or on the output's
+    equal chunks after it. Before the projection the scale folds into the kernel
+    (`folding.dense_of_scaled`: the kernel is smaller than the activation) when `dense`
+    is a plain Dense layer."""
+    if head_scale is None:
+        return dense(context)
+    if head_scale_position == "after_projection":
+        return scale_heads(dense(context), head_scale)
+    if folding.can_fold_into(dense):
+        head_dim = context.shape[-1] // head_scale.shape[0]
+        return folding.dense_of_scaled(dense, context, ops.repeat(head_scale, head_dim))
+    return dense(scale_heads(context, head_scale))
 
 
 def context(probs, value):

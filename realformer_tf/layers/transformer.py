@@ -164,12 +164,16 @@ class _BlockBase(keras.layers.Layer):
         return x + dropout(out), scores
 
     def _feed_forward_sublayer(self, x, training):
-        h = x if self.layer_norm_type == "post" else self.output_layer_norm(x)
-        if self.normformer:
-            inner = self.intermediate_layer_norm.activate_and_normalize(self.intermediate_dense(h), self.hidden_act)
+        if self.layer_norm_type == "post":
+            inner = self.intermediate_dense(x)
         else:
-            inner = self.activation(self.intermediate_dense(h))
-        out = self.output_dropout(self.output_dense(inner), training=training)
+            inner = self.output_layer_norm.normalize_and_project(x, self.intermediate_dense)
+        if self.normformer:
+            out = self.intermediate_layer_norm.activate_normalize_and_project(
+                inner, self.hidden_act, self.output_dense)
+        else:
+            out = self.output_dense(self.activation(inner))
+        out = self.output_dropout(out, training=training)
         if self.layer_norm_type == "post":
             return self.output_layer_norm(x + out)
         residual = x * self.residual_scale if self.use_residual_scale else x

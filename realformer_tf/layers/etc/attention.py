@@ -336,13 +336,9 @@ class GlobalLocalAttention(keras.layers.Layer):
     def _output(self, context, side):
         """[B, T, N, D] context -> output projection (+ NormFormer head scale)."""
         context = score_math.merge_heads(context)
-        scale = getattr(self, f"{side}_head_scale", None)
-        if self.use_head_scale and self.head_scale_position == "before_projection":
-            context = score_math.scale_heads(context, scale)
-        output = self._output_projection(side)(context)
-        if self.use_head_scale and self.head_scale_position == "after_projection":
-            output = score_math.scale_heads(output, scale)
-        return output
+        scale = getattr(self, f"{side}_head_scale", None) if self.use_head_scale else None
+        return score_math.project_heads(self._output_projection(side), context, scale,
+                                        self.head_scale_position)
 
     def _global_side_mask(self, g2g_att_mask, g2l_att_mask, batch, global_len, long_len):
         """0/1 mask [B, 1, G, G+L] of the fused global-side scores."""

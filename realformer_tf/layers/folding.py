@@ -1,0 +1,64 @@
+"""A per-feature scale and shift on a Dense layer's input, applied to its weights instead.
+
+    dense(x * scale + shift) = x @ (scale[:, None] * W) + (shift @ W + b)
+
+The left side costs two elementwise passes over the activation `x` and, in the backward
+pass, two more plus two reductions over all of its rows; the right side touches only the
+[in, out] kernel, a fraction of the activation's size for any real batch. Autodiff of the
+right side gives the same gradients for x, scale, shift, W and b, so no hand-written
+gradient is needed. NormFormer uses it twice per block:
+
+  * the feed-forward LayerNorm's gamma and beta fold into the output projection
+    (`LayerNorm.activate_normalize_and_project`);
+  * the per-head scale before the attention output projection folds into that
+    projection's kernel (`ResidualMultiHeadAttention`).
+
+Measured on CPU with TensorFlow, `small` preset: see benchmarks/results/latest_small.md.
+"""
+
+import keras
+from keras import ops
+
+
+def can_fold_into(dense):
+    """Whether `dense` is a plain `keras.layers.Dense` whose call is `x @ kernel + bias`
+    (no activation, not quantized), so that its input's scale and shift can move into
+    its weights. LoRA is fine: `dense.kernel` already includes the low-rank update."""
+    return (
+        type(dense) is keras.layers.Dense
+        and dense.quantization_mode is None
+        and dense.activation is keras.activations.linear
+    )
+
+
+def dense_of_scaled(dense, x, scale, shift=None):
+    """`dense(x * scale + shift)` computed as `x @ (scale[:, None] * kernel) + shift @ kernel + bias`.
+
+    Args:
+      dense: a built layer for which `can_fold_into(dense)` holds.
+      x: [..., in] input in `dense`'s compute dtype.
+      scale: [in] per-feature scale.
+      shift: [in] per-feature shift, or None.
+
+    The folded weights are computed in the variables' dtype (float32 under mixed
+    precision) and cast to the compute dtype once, like Dense's own kernel.
+
+    Example:
+    >>> import numpy as np
+    >>> dense = keras.layers.Dense(3)
+    >>> dense.build((None, 4))
+    >>> x = np.random.rand(2, 4).astype("float32")
+    >>> scale, shift = np.full(4, 2.0, "float32"), np.ones(4, "float32")
+    >>> folded = keras.ops.convert_to_numpy(dense_of_scaled(dense, x, scale, shift))
+    >>> bool(np.allclose(folded, keras.ops.convert_to_numpy(dense(x * scale + shift)), atol=1e-6))
+    True
+    """
+    weight_dtype = dense.variable_dtype
+    kernel = ops.cast(dense.kernel, weight_dtype)
+    folded_kernel = ops.cast(scale, weight_dtype)[:, None] * kernel
+    bias = None if dense.bias is None else ops.cast(dense.bias, weight_dtype)
+    if shift is not None:
+        shifted = ops.matmul(ops.cast(shift, weight_dtype)[None, :], kernel)[0]
+        bias = shifted if bias is None else bias + shifted
+    y = ops.matmul(x, ops.cast(folded_kernel, dense.compute_dtype))
+    return y if bias is None else y + ops.cast(bias, dense.compute_dtype)
