@@ -79,6 +79,11 @@ def _composite_activate_normalize_and_project(self, pre_activation, hidden_act, 
     return dense(self(get_activation(hidden_act)(pre_activation)))
 
 
+def _composite_normalize_and_project(self, inputs, dense):
+    """`LayerNorm.normalize_and_project`'s fallback, for a Keras LayerNormalization."""
+    return dense(self(inputs))
+
+
 def apply_to(model, names):
     """Applies the named patches to a built model's layers (before it is traced)."""
     names = [n for n in names if n]
@@ -108,4 +113,5 @@ def apply_to(model, names):
                 layer.__class__ = keras.layers.LayerNormalization
                 layer.activate_normalize_and_project = types.MethodType(
                     _composite_activate_normalize_and_project, layer)
+                layer.normalize_and_project = types.MethodType(_composite_normalize_and_project, layer)
     return model

@@ -43,5 +43,11 @@ def require_tensorflow_backend(feature):
 # Registration: importing these modules runs their @register_keras_serializable.
 from realformer_tf import layers  # noqa: E402,F401
 from realformer_tf import modeling  # noqa: E402,F401
-from realformer_tf import etc_modeling  # noqa: E402,F401
 from realformer_tf import optimization  # noqa: E402,F401
+
+try:  # the ETC model is written in TensorFlow ops; without TensorFlow it is not offered
+    import tensorflow  # noqa: E402,F401
+except ImportError:
+    pass
+else:
+    from realformer_tf import etc_modeling  # noqa: E402,F401

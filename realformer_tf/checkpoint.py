@@ -10,10 +10,10 @@ import re
 import uuid
 
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
 from realformer_tf.errors import UserError
+from realformer_tf.fileio import gfile
 
 # Variables an original training checkpoint holds that are not model weights.
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
@@ -34,18 +34,29 @@ def _hf():
     return hf_checkpoint
 
 
+def _tensorflow():
+    """TensorFlow, which reads and writes name-based checkpoints (any Keras backend)."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise CheckpointError(
+            "reading or writing a TF1 name-based checkpoint needs TensorFlow; "
+            "pip install tensorflow (the model itself can stay on JAX or PyTorch)") from None
+    return tf
+
+
 def resolve_checkpoint(path):
     """A checkpoint prefix, a directory (its latest checkpoint), or a Hugging Face BERT
     folder (config.json + model.safetensors, returned as it is) -> what to read."""
     # The prefix first: on ram:// any prefix of a file name counts as a directory, so
     # isdir(".../bert_model.ckpt") is true next to bert_model.ckpt.index.
-    if tf.io.gfile.exists(path + ".index"):
+    if gfile().exists(path + ".index"):
         return path
     if _hf().is_hf_folder(path):
         _hf().HfFolderWeights(path)  # fails now when the weights are missing or foreign
         return path
-    if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+    if gfile().isdir(path):
+        latest = _tensorflow().train.latest_checkpoint(path)
         if latest is None:
             raise CheckpointError(
                 f"{path} is a directory without a checkpoint (nor a Hugging Face folder with "
@@ -60,7 +71,7 @@ def _reader(prefix):
     """The checkpoint reader of a resolved prefix. Not tf.train.load_checkpoint, which
     first asks whether the prefix is a directory: on ram:// any prefix of a file name
     counts as one."""
-    return tf.compat.v1.train.NewCheckpointReader(prefix)
+    return _tensorflow().compat.v1.train.NewCheckpointReader(prefix)
 
 
 def list_checkpoint(prefix):
@@ -215,9 +226,10 @@ def save_named_variables(prefix, variables):
     """
     directory = os.path.dirname(prefix)
     if directory:
-        tf.io.gfile.makedirs(directory)
+        gfile().makedirs(directory)
     temp = f"{prefix}.tmp-{uuid.uuid4().hex}"
     names = sorted(variables)
+    tf = _tensorflow()
     tf.raw_ops.SaveV2(
         prefix=temp,
         tensor_names=names,
@@ -225,5 +237,5 @@ def save_named_variables(prefix, variables):
         tensors=[tf.convert_to_tensor(variables[name]) for name in names],
     )
     for suffix in (".data-00000-of-00001", ".index"):
-        tf.io.gfile.rename(temp + suffix, prefix + suffix, overwrite=True)
+        gfile().rename(temp + suffix, prefix + suffix, overwrite=True)
     return prefix

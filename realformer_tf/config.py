@@ -8,10 +8,9 @@ import json
 import os
 
 from absl import logging
-import tensorflow as tf
 
 from realformer_tf.errors import UserError
-from realformer_tf.fileio import atomic_output
+from realformer_tf.fileio import atomic_output, gfile
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.transformer import LAYER_NORM_TYPES
@@ -66,9 +65,9 @@ class JsonConfig:
 
     @classmethod
     def _read_json_file(cls, path):
-        if not tf.io.gfile.exists(path):
+        if not gfile().exists(path):
             raise ConfigError(f"{cls.file_description} {path} does not exist")
-        with tf.io.gfile.GFile(path, "rb") as f:
+        with gfile().GFile(path, "rb") as f:
             raw = f.read()
         try:
             return json.loads(raw.decode("utf-8"))
@@ -153,7 +152,7 @@ class BertConfig(JsonConfig):
         "model_type" key), or a Hugging Face model folder, is accepted too and translated
         by `hf_checkpoint.config_from_hf_dict` (its "gelu" is the exact erf GELU, our
         "gelu_exact"; residual attention off)."""
-        if tf.io.gfile.isdir(path):
+        if gfile().isdir(path):
             path = os.path.join(path, "config.json")
         values = cls._read_json_file(path)
         if isinstance(values, dict) and "model_type" in values:

@@ -7,22 +7,51 @@ file systems; on object stores it is the closest there is).
 """
 
 import contextlib
+import os
 import uuid
 
-import tensorflow as tf
+
+class _LocalFiles:
+    """The `tf.io.gfile` calls this package makes, on local paths, for a process
+    without TensorFlow (the layers and BertModel on JAX or PyTorch)."""
+
+    GFile = staticmethod(open)
+    exists = staticmethod(os.path.exists)
+    isdir = staticmethod(os.path.isdir)
+    remove = staticmethod(os.remove)
+
+    @staticmethod
+    def makedirs(path):
+        os.makedirs(path, exist_ok=True)
+
+    @staticmethod
+    def rename(src, dst, overwrite=False):
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(dst)
+        os.replace(src, dst)
+
+
+def gfile():
+    """`tf.io.gfile` (local paths, gs://, ...) when TensorFlow is installed, else the
+    same calls on local paths."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return _LocalFiles
+    return tf.io.gfile
 
 
 @contextlib.contextmanager
 def atomic_output(path, mode="w"):
-    """`with atomic_output(path) as f: f.write(...)`; yields a tf.io.gfile.GFile."""
+    """`with atomic_output(path) as f: f.write(...)`; yields a `gfile().GFile`."""
     temp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        with tf.io.gfile.GFile(temp, mode) as f:
+        with gfile().GFile(temp, mode) as f:
             yield f
-        tf.io.gfile.rename(temp, path, overwrite=True)
+        gfile().rename(temp, path, overwrite=True)
     finally:
-        if tf.io.gfile.exists(temp):
-            tf.io.gfile.remove(temp)
+        if gfile().exists(temp):
+            gfile().remove(temp)
 
 
 def temporary_name(path):
@@ -32,4 +61,4 @@ def temporary_name(path):
 
 
 def commit(temporary, path):
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    gfile().rename(temporary, path, overwrite=True)

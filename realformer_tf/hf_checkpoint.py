@@ -4,7 +4,7 @@ Reading: the folder's tensors are presented under the original BERT variable nam
 (`bert/encoder/layer_0/attention/self/query/kernel`, ...) with PyTorch's [out, in]
 Linear weights transposed to TF's [in, out] kernels, so every loader that takes an
 original-named checkpoint takes a folder too. Files are read with `safetensors.numpy`
-through tf.io.gfile (gs:// works); torch and transformers are not needed.
+through tf.io.gfile (gs:// works; local files without TensorFlow); torch and transformers are not needed.
 
 Writing: `save_hf_folder` writes what `transformers`' BertModel / BertForPreTraining /
 BertForSequenceClassification / BertForQuestionAnswering load. Stock `transformers`
@@ -17,12 +17,11 @@ import os
 
 import numpy as np
 import safetensors.numpy
-import tensorflow as tf
 from absl import logging
 
 from realformer_tf.checkpoint import CheckpointError
 from realformer_tf.config import BertConfig, ConfigError
-from realformer_tf.fileio import atomic_output
+from realformer_tf.fileio import atomic_output, gfile
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -65,7 +64,7 @@ _OUR_FIELDS = ("residual_attention", "use_running_mean", "layer_norm_type",
 
 def is_hf_folder(path):
     """True for a directory holding a Hugging Face `config.json`."""
-    return tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, CONFIG_NAME))
+    return gfile().isdir(path) and gfile().exists(os.path.join(path, CONFIG_NAME))
 
 
 # -- names --------------------------------------------------------------------------------
@@ -189,7 +188,7 @@ def stock_transformers_computes(config):
 
 
 def read_json(path):
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with gfile().GFile(path, "rb") as f:
         raw = f.read()
     try:
         return json.loads(raw.decode("utf-8"))
@@ -199,9 +198,9 @@ def read_json(path):
 
 def load_hf_config(path):
     """BertConfig of a Hugging Face folder, or of its config.json."""
-    if tf.io.gfile.isdir(path):
+    if gfile().isdir(path):
         path = os.path.join(path, CONFIG_NAME)
-    if not tf.io.gfile.exists(path):
+    if not gfile().exists(path):
         raise ConfigError(f"{path} does not exist; give a Hugging Face folder with {CONFIG_NAME}")
     return config_from_hf_dict(read_json(path), source=path)
 
@@ -210,13 +209,13 @@ def load_hf_config(path):
 def _weight_files(folder):
     """The safetensors file(s) of a folder (one, or the shards an index names)."""
     single = os.path.join(folder, WEIGHTS_NAME)
-    if tf.io.gfile.exists(single):
+    if gfile().exists(single):
         return [single]
     index = single + ".index.json"
-    if tf.io.gfile.exists(index):
+    if gfile().exists(index):
         shards = sorted(set(read_json(index).get("weight_map", {}).values()))
         return [os.path.join(folder, shard) for shard in shards]
-    others = [n for n in ("pytorch_model.bin", "tf_model.h5") if tf.io.gfile.exists(os.path.join(folder, n))]
+    others = [n for n in ("pytorch_model.bin", "tf_model.h5") if gfile().exists(os.path.join(folder, n))]
     hint = (f"it has {' and '.join(others)}: save it again with transformers' "
             "save_pretrained(folder, safe_serialization=True)") if others else "download model.safetensors too"
     raise CheckpointError(f"{folder} is a Hugging Face folder without {WEIGHTS_NAME}; {hint}")
@@ -225,7 +224,7 @@ def _weight_files(folder):
 def _read_header(path):
     """{name: shape} from a safetensors header (8-byte length, then JSON), without
     reading the tensors."""
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with gfile().GFile(path, "rb") as f:
         length = int.from_bytes(f.read(8), "little")
         try:
             header = json.loads(f.read(length).decode("utf-8"))
@@ -236,7 +235,7 @@ def _read_header(path):
 
 
 def _read_tensors(path):
-    with tf.io.gfile.GFile(path, "rb") as f:
+    with gfile().GFile(path, "rb") as f:
         return safetensors.numpy.load(f.read())
 
 
@@ -352,7 +351,7 @@ def save_hf_folder(model, folder):
             "realformer_tf reads it back exactly.", folder, model.config.describe(),
             ", ".join(_OUR_FIELDS))
     tensors = hf_tensors(model)
-    tf.io.gfile.makedirs(folder)
+    gfile().makedirs(folder)
     with atomic_output(os.path.join(folder, WEIGHTS_NAME), "wb") as f:
         f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
     with atomic_output(os.path.join(folder, CONFIG_NAME)) as f:

@@ -8,7 +8,7 @@ is computed from step 0 (not from the end of warmup); gradients clipped to globa
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 OPTIMIZERS = ("adamw", "lamb")
 
@@ -30,12 +30,12 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
         )
 
     def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        decayed = tf.cast(self._decay(step), tf.float32)
+        step = ops.cast(step, "float32")
+        decayed = ops.cast(self._decay(step), "float32")
         if self.num_warmup_steps <= 0:
             return decayed
         warmup = self.peak_learning_rate * step / float(self.num_warmup_steps)
-        return tf.where(step < self.num_warmup_steps, warmup, decayed)
+        return ops.where(step < self.num_warmup_steps, warmup, decayed)
 
     def get_config(self):
         return dict(

@@ -312,3 +312,73 @@ def test_tensorflow_only_features_name_the_backend():
     with pytest.raises(BackendError, match="SavedModel export is TensorFlow only"):
         export.export_model(None, "/nonexistent", task="classifier", vocab_file="v.txt",
                             do_lower_case=True, max_seq_length=8)
+
+
+# ------------------------------------------------------- without TensorFlow at all
+WITHOUT_TENSORFLOW = r"""
+import importlib.util, json, sys
+sys.path.append(sys.argv[2])  # run with -S: site-packages minus TensorFlow's packages
+assert importlib.util.find_spec("tensorflow") is None
+import keras
+import numpy as np
+import realformer_tf
+from realformer_tf import modeling
+
+folder = sys.argv[1]
+config = modeling.BertConfig(vocab_size=31, hidden_size=12, num_hidden_layers=2,
+                             num_attention_heads=3, intermediate_size=20,
+                             layer_norm_type="normformer", residual_attention=True)
+config.to_json_file(folder + "/bert_config.json")
+config = modeling.BertConfig.from_json_file(folder + "/bert_config.json")
+model = modeling.BertModel(config)
+ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], np.int32)
+features = {"input_ids": ids, "input_mask": (ids > 0).astype(np.int32)}
+want = keras.ops.convert_to_numpy(model(features)["pooled_output"])
+model.save(folder + "/model.keras")
+got = keras.ops.convert_to_numpy(keras.saving.load_model(folder + "/model.keras")(features)["pooled_output"])
+open(folder + "/bert_model.ckpt.index", "wb").close()  # a TF1 checkpoint's visible file
+try:
+    model.load_bert_checkpoint(folder + "/bert_model.ckpt")
+    error = None
+except realformer_tf.UserError as e:
+    error = str(e)
+print(json.dumps({"backend": keras.backend.backend(),
+                  "tensorflow_loaded": "tensorflow" in sys.modules,
+                  "max_dev": float(np.max(np.abs(got - want))), "checkpoint_error": error}))
+"""
+
+
+# Distributions a Keras user on JAX or PyTorch would not have installed.
+TENSORFLOW_DISTRIBUTIONS = {"tensorflow", "tensorflow_text", "tf_keras", "tf_models_official",
+                            "official", "tensorboard", "tensorflow_io_gcs_filesystem"}
+
+
+def _site_packages_without_tensorflow(folder):
+    """A folder of links to every installed package except TensorFlow's."""
+    folder.mkdir()
+    for site in {p for p in sys.path if os.path.basename(p) == "site-packages"}:
+        for entry in os.listdir(site):
+            name = entry.split("-")[0].split(".")[0].lower()
+            if name not in TENSORFLOW_DISTRIBUTIONS and not (folder / entry).exists():
+                os.symlink(os.path.join(site, entry), folder / entry)
+    return folder
+
+
+def test_package_imports_and_runs_without_tensorflow(tmp_path):
+    """With TensorFlow not installed (a JAX or PyTorch user who never installed it),
+    `import realformer_tf` works; configs read from files, BertModel runs, saves and
+    loads as a .keras file; a TF1 checkpoint says it needs TensorFlow."""
+    backend = "jax" if BACKEND == "tensorflow" else BACKEND
+    site = _site_packages_without_tensorflow(tmp_path / "site")
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", WITHOUT_TENSORFLOW, str(tmp_path), str(site)],
+        capture_output=True, text=True, env=dict(os.environ, KERAS_BACKEND=backend),
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    import json
+
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["backend"] == backend and not report["tensorflow_loaded"]
+    assert report["max_dev"] <= 1e-6
+    assert "needs TensorFlow" in report["checkpoint_error"], report["checkpoint_error"]
