@@ -1,10 +1,31 @@
-"""The benchmarks' encoder inputs as NumPy arrays, with no framework imported, so the
-TensorFlow benchmarks and the JAX-only GPU benchmark feed the same batches."""
+"""The benchmarks' encoder inputs as NumPy arrays and their model config, with no
+framework imported, so the TensorFlow benchmarks and the JAX-only GPU benchmark build the
+same models and feed them the same batches."""
 
 import numpy as np
 
 VOCAB_SIZE = 30522
 TYPE_VOCAB_SIZE = 2
+MAX_POSITIONS = 512
+
+
+def bert_config(shape, overrides, dropout):
+    """The `modeling.BertConfig` of a preset `shape` with a variant's `overrides`."""
+    from realformer_tf import modeling
+
+    return modeling.BertConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=shape["hidden_size"],
+        num_hidden_layers=shape["num_layers"],
+        num_attention_heads=shape["num_heads"],
+        intermediate_size=shape["intermediate_size"],
+        hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        max_position_embeddings=MAX_POSITIONS,
+        type_vocab_size=TYPE_VOCAB_SIZE,
+        **overrides,
+    )
 
 
 def input_arrays(shape, seed):

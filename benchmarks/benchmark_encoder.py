@@ -62,8 +62,7 @@ PRESETS = {
     "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072,
                  seq_length=128, batch_size=8),
 }
-from bench_inputs import TYPE_VOCAB_SIZE, VOCAB_SIZE, input_arrays  # noqa: E402
-MAX_POSITIONS = 512
+from bench_inputs import MAX_POSITIONS, TYPE_VOCAB_SIZE, VOCAB_SIZE, bert_config, input_arrays  # noqa: E402
 
 # name -> BertConfig overrides (None: Model Garden's BertEncoderV2).
 VARIANTS = {
@@ -158,24 +157,6 @@ def shape_config(args):
 def make_inputs(shape, seed):
     """benchmarks/bench_inputs.py's arrays as tf.constant tensors."""
     return tuple(tf.constant(a) for a in input_arrays(shape, seed))
-
-
-def bert_config(shape, overrides, dropout):
-    from realformer_tf import modeling
-
-    return modeling.BertConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=shape["hidden_size"],
-        num_hidden_layers=shape["num_layers"],
-        num_attention_heads=shape["num_heads"],
-        intermediate_size=shape["intermediate_size"],
-        hidden_act="gelu",
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-        max_position_embeddings=MAX_POSITIONS,
-        type_vocab_size=TYPE_VOCAB_SIZE,
-        **overrides,
-    )
 
 
 class Candidate:

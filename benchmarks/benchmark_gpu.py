@@ -9,12 +9,10 @@ distance to the chip's bf16 peak and to a bare loop of the same matmuls.
         --seq 32 --batch 4 --repeats 3 --steps 2                         # smoke run on CPU
 
 Runs on whatever `jax.devices()` offers first (the GPU where there is one). Needs Keras 3
-and JAX only: TensorFlow is never imported (`realformer_tf/__init__.py` imports the
-TensorFlow-only checkpoint and file modules, so the library's pure-Keras
-`realformer_tf.layers` are loaded without it; see `load_layers`).
+and JAX only: the package imports without TensorFlow.
 
-Step: the encoder of `modeling.BertModel` (embeddings, `TransformerEncoder`, pooler; same
-layers, vocab 30522, 512 positions, 2 segments, tanh-gelu, dropout 0.1), in training
+Step: `modeling.BertModel` (embeddings, `TransformerEncoder`, pooler; vocab 30522, 512
+positions, 2 segments, tanh-gelu, dropout 0.1; `bench_inputs.bert_config`), in training
 mode on a fixed batch with ragged padding; `loss = mean(sequence_output^2) +
 mean(pooled_output^2)` (as benchmark_limit.py), gradients of every weight, global-norm
 clipping to 1.0 and BERT's AdamW update (weight decay 0.01, not on LayerNorm/bias/scales;
@@ -55,26 +53,24 @@ last line printed is the whole result as JSON.
 import argparse
 import concurrent.futures
 import gc
-import importlib.util
 import json
 import os
 import statistics
 import sys
 import time
-import types
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench_inputs import TYPE_VOCAB_SIZE, VOCAB_SIZE, input_arrays  # noqa: E402
-MAX_POSITIONS = 512
-LAYER_NORM_EPSILON = 1e-12  # modeling.LAYER_NORM_EPSILON
-# realformer_tf.optimization.NO_WEIGHT_DECAY (that module imports TensorFlow).
-NO_WEIGHT_DECAY = ["^gamma$", "^beta$", "bias", "head_scale", "residual_scale"]
+from bench_inputs import MAX_POSITIONS, bert_config, input_arrays  # noqa: E402
+from realformer_tf import modeling  # noqa: E402
+from realformer_tf.optimization import NO_WEIGHT_DECAY  # noqa: E402
+
 VARIANTS = {  # BertConfig fields, as benchmark_encoder.VARIANTS / experiments.VARIANTS
     "vanilla": dict(layer_norm_type="post", residual_attention=False),
     "realformer": dict(layer_norm_type="post", residual_attention=True),
@@ -149,57 +145,10 @@ def validate_args(parser, args):
     return args
 
 
-def load_layers():
-    """realformer_tf.layers, without running realformer_tf/__init__.py.
-
-    The package's __init__ imports `modeling`, whose checkpoint and config modules read
-    files through tf.io.gfile; the layers themselves are pure Keras 3. A bare package
-    module pointing at the package's folder lets `realformer_tf.layers` import alone,
-    so this benchmark runs where TensorFlow is not installed (a JAX-only GPU machine).
-    """
-    if "realformer_tf" not in sys.modules:
-        spec = importlib.util.find_spec("realformer_tf")
-        if spec is None:
-            sys.exit("error: realformer_tf not found; run from the repository root or put it on PYTHONPATH")
-        package = types.ModuleType("realformer_tf")
-        package.__path__ = list(spec.submodule_search_locations)
-        sys.modules["realformer_tf"] = package
-    import realformer_tf.layers as layers
-
-    return layers
-
-
-class Encoder(keras.Model):
-    """`modeling.BertModel`'s embeddings, encoder and pooler, from the same layers."""
-
-    def __init__(self, shape, overrides, dropout, **kwargs):
-        super().__init__(**kwargs)
-        layers = load_layers()
-        init = keras.initializers.TruncatedNormal(stddev=0.02)
-        self.embeddings = layers.BertEmbeddings(
-            vocab_size=VOCAB_SIZE, hidden_size=shape["hidden_size"],
-            max_position_embeddings=MAX_POSITIONS, type_vocab_size=TYPE_VOCAB_SIZE,
-            hidden_dropout=dropout, initializer_range=0.02,
-            layer_norm_epsilon=LAYER_NORM_EPSILON, name="embeddings", dtype=self.dtype_policy)
-        self.encoder = layers.TransformerEncoder(
-            num_layers=shape["num_layers"], num_heads=shape["num_heads"],
-            intermediate_size=shape["intermediate_size"], hidden_act="gelu",
-            hidden_dropout=dropout, attention_dropout=dropout, initializer_range=0.02,
-            layer_norm_epsilon=LAYER_NORM_EPSILON, name="encoder", dtype=self.dtype_policy,
-            **overrides)
-        self.pooler = keras.layers.Dense(shape["hidden_size"], activation="tanh", kernel_initializer=init,
-                                         name="pooler", dtype=self.dtype_policy)
-
-    def call(self, inputs, training=None):
-        ids, mask, segments = inputs
-        x = self.embeddings(ids, segments, training=training)
-        sequence = self.encoder(x, attention_mask=mask, training=training)["sequence_output"]
-        return sequence, self.pooler(sequence[:, 0])
-
-
 def make_inputs(shape, seed):
-    """benchmarks/bench_inputs.py's arrays as jnp.asarray tensors."""
-    return tuple(jnp.asarray(a) for a in input_arrays(shape, seed))
+    """benchmarks/bench_inputs.py's arrays as BertModel's input dict of jnp arrays."""
+    ids, mask, segments = (jnp.asarray(a) for a in input_arrays(shape, seed))
+    return {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
 
 
 def model_flops(shape):
@@ -218,9 +167,9 @@ def make_train_step(model, inputs):
     optimizer.build(model.trainable_variables)
 
     def loss_fn(trainable, non_trainable, inputs):
-        (sequence, pooled), non_trainable = model.stateless_call(trainable, non_trainable, inputs, training=True)
-        loss = (jnp.mean(jnp.square(sequence.astype(jnp.float32)))
-                + jnp.mean(jnp.square(pooled.astype(jnp.float32))))
+        outputs, non_trainable = model.stateless_call(trainable, non_trainable, inputs, training=True)
+        loss = (jnp.mean(jnp.square(outputs["sequence_output"].astype(jnp.float32)))
+                + jnp.mean(jnp.square(outputs["pooled_output"].astype(jnp.float32))))
         return loss, non_trainable
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -308,7 +257,7 @@ def build_functions(shape, precision, args):
         inputs = make_inputs(shape, 1234)
         timed = []
         for name in args.variants:
-            model = Encoder(shape, VARIANTS[name], args.dropout, name=f"bert_{name}")
+            model = modeling.BertModel(bert_config(shape, VARIANTS[name], args.dropout), name=f"bert_{name}")
             step, state = make_train_step(model, inputs)
             timed.append(Timed(name, step, (state, inputs), carries_state=True))
     finally:

@@ -1,8 +1,9 @@
 """realformer_tf: RealFormer (residual attention) and NormFormer BERT models for Keras 3.
 
 The layers, `BertModel` and its heads run on any Keras backend (`KERAS_BACKEND=
-tensorflow|jax|torch`, TensorFlow by default); training scripts, tf.distribute,
-SavedModel export and tensorflow-text serving are TensorFlow only.
+tensorflow|jax|torch`, TensorFlow by default), also where TensorFlow is not installed;
+training scripts, tf.distribute, SavedModel export, tensorflow-text serving, TF1
+checkpoints and the ETC model need TensorFlow.
 
 Importing the package registers every public layer and model with Keras
 (package "realformer_tf"), so `.keras` files load with `keras.saving.load_model` and no
@@ -41,13 +42,11 @@ def require_tensorflow_backend(feature):
 
 
 # Registration: importing these modules runs their @register_keras_serializable.
+import keras  # noqa: E402
+
 from realformer_tf import layers  # noqa: E402,F401
 from realformer_tf import modeling  # noqa: E402,F401
 from realformer_tf import optimization  # noqa: E402,F401
 
-try:  # the ETC model is written in TensorFlow ops; without TensorFlow it is not offered
-    import tensorflow  # noqa: E402,F401
-except ImportError:
-    pass
-else:
-    from realformer_tf import etc_modeling  # noqa: E402,F401
+if keras.backend.backend() == "tensorflow":  # the ETC model is written in TensorFlow ops
+    from realformer_tf import etc_modeling  # noqa: F401
