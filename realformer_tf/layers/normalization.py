@@ -84,8 +84,18 @@ def _gelu_and_slope(x):
     d/dx = s + x * s * (1 - s) * 2C * (1 + 3K x^2) with s = sigmoid(2u)."""
     x2 = x * x
     s = ops.sigmoid(x * (x2 * (2 * _GELU_C * _GELU_K) + 2 * _GELU_C))
-    slope = s + x * (x2 * (6 * _GELU_C * _GELU_K) + 2 * _GELU_C) * (s - s * s)
+    slope = s + _times_sigmoid_slope(x * (x2 * (6 * _GELU_C * _GELU_K) + 2 * _GELU_C), s)
     return x * s, slope
+
+
+def _times_sigmoid_slope(g, s):
+    """g * s * (1 - s) for s = sigmoid(v): on TensorFlow one op (SigmoidGrad) instead of
+    three passes over the [batch, length, intermediate] tensor."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.raw_ops.SigmoidGrad(y=s, dy=g)
+    return g * (s - s * s)
 
 
 def _gelu_standardize(x, epsilon, stats_dtype):
