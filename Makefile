@@ -36,9 +36,12 @@ demo: $(STAMP)
 # Performance (README "Performance"): variant ratios side by side, which parts to
 # compile with XLA, and the distance to the matmul limit (~10 min on 2 idle cores).
 bench: $(STAMP)
-	$(PY) benchmarks/benchmark_encoder.py --repeats 30 --steps 1 --memory_repeats 2 \
-	    --variants vanilla,realformer,pre_ln,normformer,realformer_normformer,model_garden,normformer+composite_ffn,normformer+unfolded_head_scale,vanilla+gelu_recompute \
+	$(PY) benchmarks/benchmark_encoder.py --repeats 40 --steps 1 --memory_repeats 2 \
+	    --variants vanilla,realformer,normformer,realformer_normformer,model_garden \
 	    --json_out benchmarks/results/latest_small.json --markdown_out benchmarks/results/latest_small.md
+	$(PY) benchmarks/benchmark_encoder.py --repeats 20 --steps 1 --memory_repeats 2 \
+	    --variants vanilla,pre_ln,normformer,normformer+composite_ffn,normformer+unfolded_head_scale,vanilla+keras_gelu \
+	    --json_out benchmarks/results/latest_small_patches.json --markdown_out benchmarks/results/latest_small_patches.md
 	$(PY) benchmarks/benchmark_jit.py --repeats 14 --json_out benchmarks/results/latest_jit.json
 	$(PY) benchmarks/benchmark_limit.py --repeats 4 --json_out benchmarks/results/latest_limit.json
 

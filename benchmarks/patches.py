@@ -19,17 +19,16 @@ unfolded_head_scale
     context before the output projection instead of folded into that projection's
     kernel: shows what the fold buys.
 
-gelu_recompute
-    A candidate for the other blocks: BERT's tanh gelu as one op with a hand-written
-    gradient that keeps only its input for the backward pass (the composite keeps x^3,
-    tanh, ... each [B, L, intermediate]) and recomputes the rest there.
+keras_gelu
+    The feed-forward gelu of the other variants as Keras' composite
+    `keras.activations.gelu(approximate=True)` instead of the library's `"gelu"` (one op
+    whose backward pass recomputes the slope from the input; adopted from this
+    benchmark's former `gelu_recompute` patch): shows what the recomputation buys.
 """
 
-import math
 import types
 
 import keras
-import tensorflow as tf
 
 from realformer_tf.layers import normalization
 from realformer_tf.layers.attention import ResidualMultiHeadAttention
@@ -38,28 +37,12 @@ PATCHES = {
     "keras_ln": "Keras 3's composite LayerNormalization instead of the library's LayerNorm",
     "composite_ffn": "NormFormer's dense(LayerNorm(gelu(x))) as three layers instead of the library's fused and folded op",
     "unfolded_head_scale": "NormFormer's head scale multiplied into the context instead of folded into the kernel",
-    "gelu_recompute": "feed-forward gelu as one op that recomputes in the backward pass",
+    "keras_gelu": "feed-forward gelu as Keras' composite instead of the library's recomputing op",
 }
 
-_C = math.sqrt(2.0 / math.pi)
-
-
-def _gelu_and_slope(x):
-    """BERT's tanh gelu and its derivative."""
-    t = tf.tanh(_C * (x + 0.044715 * x * x * x))
-    y = 0.5 * x * (1.0 + t)
-    slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _C * (1.0 + 3 * 0.044715 * x * x)
-    return y, slope
-
-
-@tf.custom_gradient
-def gelu(x):
-    """tanh gelu that keeps only its input for the backward pass."""
-
-    def backward(dy):
-        return dy * _gelu_and_slope(x)[1]
-
-    return _gelu_and_slope(x)[0], backward
+def keras_gelu(x):
+    """What the library's "gelu" replaced: Keras' composite tanh gelu."""
+    return keras.activations.gelu(x, approximate=True)
 
 
 class _UnfoldableDense(keras.layers.Dense):
@@ -93,13 +76,13 @@ def apply_to(model, names):
     if "keras_ln" in names:
         names = names + ["composite_ffn"]  # Keras' LayerNormalization has no fused op
     blocks = [layer for layer in model._flatten_layers() if hasattr(layer, "_feed_forward_sublayer")]
-    if "gelu_recompute" in names or "composite_ffn" in names:
+    if "keras_gelu" in names or "composite_ffn" in names:
         acts = sorted({layer.hidden_act for layer in blocks} - {"gelu"})
         if acts:
-            raise ValueError(f"gelu_recompute / composite_ffn patch hidden_act='gelu' only, not {acts}")
+            raise ValueError(f"keras_gelu / composite_ffn patch hidden_act='gelu' only, not {acts}")
     for layer in blocks:
-        if "gelu_recompute" in names and not layer.normformer:
-            layer.activation = gelu
+        if "keras_gelu" in names and not layer.normformer:
+            layer.activation = keras_gelu
         if "composite_ffn" in names and layer.normformer:
             _refuse_folding(layer.output_dense)
     if "unfolded_head_scale" in names:

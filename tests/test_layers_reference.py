@@ -68,6 +68,19 @@ def test_gelu_is_bert_tanh_approximation_and_gelu_exact_is_erf():
     np.testing.assert_allclose(ref.to_numpy(get_activation("GELU")(keras.ops.convert_to_tensor(x))), approx)
 
 
+def test_gelu_hand_written_gradient_matches_finite_differences():
+    """"gelu"'s backward pass (recomputed from its input) on this backend against central
+    differences of NumPy's float64 tanh gelu, over the range where its slope changes."""
+    rng = np.random.default_rng(34)
+    x, r = rng.uniform(-6, 6, size=(3, 17)), rng.normal(size=(3, 17))
+    (grad,) = _backend_gradients(
+        lambda t: keras.ops.sum(get_activation("gelu")(t) * keras.ops.convert_to_tensor(r, "float32")),
+        [x.astype(np.float32)],
+    )
+    fd = ref.numeric_grad(lambda: float(np.sum(ref.gelu_tanh(x) * r)), x)
+    ref.assert_close("gelu_grad/x", grad, fd, 2e-5)
+
+
 # --------------------------------------------------------------------- attention
 @pytest.mark.parametrize("with_prev", [False, True])
 @pytest.mark.parametrize("use_running_mean", [False, True])
@@ -546,6 +559,40 @@ def test_folding_is_refused_where_the_dense_call_is_not_x_at_kernel_plus_bias():
     assert folding.can_fold_into(plain)
     assert not folding.can_fold_into(activated)
     assert not folding.can_fold_into(Custom(3))
+
+
+def test_attention_input_affine_equals_applying_it_to_the_inputs():
+    """`query_affine` / `value_affine` (a pre-LN LayerNorm's gamma and beta folded into the
+    projections) give what applying them to the inputs gives: self-attention (the key
+    takes the value's) and cross-attention (query only), and the unfolded fallback."""
+    from realformer_tf.layers import folding
+
+    rng = np.random.default_rng(35)
+    layer = ResidualMultiHeadAttention(num_heads=N, key_dim=H // N)
+    x, memory = _x(36), _x(37, (B, M, H))
+    layer(x, memory)
+    ref.randomize_weights(layer, seed=38)
+    q_affine = tuple(keras.ops.convert_to_tensor(a.astype(np.float32)) for a in
+                     (rng.uniform(0.5, 1.5, H), rng.normal(size=H)))
+    v_affine = tuple(keras.ops.convert_to_tensor(a.astype(np.float32)) for a in
+                     (rng.uniform(0.5, 1.5, H), rng.normal(size=H)))
+
+    def applied(t, affine):
+        return ref.to_numpy(affine[0]) * t + ref.to_numpy(affine[1])
+
+    cases = {
+        "self": (layer(x, x, query_affine=q_affine, value_affine=q_affine),
+                 layer(applied(x, q_affine), applied(x, q_affine))),
+        "cross": (layer(x, memory, query_affine=q_affine, value_affine=v_affine),
+                  layer(applied(x, q_affine), applied(memory, v_affine))),
+    }
+    for label, (got, want) in cases.items():
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(ref.to_numpy(g), ref.to_numpy(w), atol=2e-5, err_msg=label)
+    layer.query_dense.__class__ = _UnfoldableDense  # folding refused: applied to the input
+    assert not folding.can_fold_into(layer.query_dense)
+    got = layer(x, x, query_affine=q_affine, value_affine=q_affine)[0]
+    np.testing.assert_allclose(ref.to_numpy(got), ref.to_numpy(cases["self"][1][0]), atol=2e-5)
 
 
 class _UnfoldableDense(keras.layers.Dense):

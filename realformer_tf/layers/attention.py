@@ -14,7 +14,7 @@ Projections are plain `Dense` layers so the kernels keep BERT's 2-D checkpoint s
 import keras
 from keras import ops
 
-from realformer_tf.layers import masking
+from realformer_tf.layers import folding, masking
 from realformer_tf.layers import scores as scores_lib
 
 HEAD_SCALE_POSITIONS = ("before_projection", "after_projection")
@@ -88,6 +88,11 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         layer in the same score path, or None.
       use_causal_mask: mask out future keys (queries aligned to the end of the keys).
       training: dropout on or off.
+      query_affine, value_affine: `(scale, shift)` per-feature vectors the caller would
+        otherwise apply to `query` / `value` (and `key`, when it is `value`) before this
+        layer, e.g. a pre-LN LayerNorm's gamma and beta over standardized inputs. They
+        fold into the projections' weights where they are plain Dense layers
+        (`folding.project`), which saves the elementwise passes over the inputs.
 
     Returns:
       `(output, scores)`: [batch, query_len, output_dim] and
@@ -225,14 +230,18 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         prev_scores=None,
         use_causal_mask=False,
         training=None,
+        query_affine=None,
+        value_affine=None,
     ):
+        key_affine = value_affine if key is None or key is value else None
         key_mask = None if key is None or key is value else key_mask
         key = value if key is None else key
         if prev_scores is not None:
             self._check_prev_scores(prev_scores, query, key)
-        q = scores_lib.split_heads(self.query_dense(query), self.num_heads, self.key_dim)
-        k = scores_lib.split_heads(self.key_dense(key), self.num_heads, self.key_dim)
-        v = scores_lib.split_heads(self.value_dense(value), self.num_heads, self.value_dim)
+        q = scores_lib.split_heads(folding.project(self.query_dense, query, query_affine), self.num_heads, self.key_dim)
+        k = scores_lib.split_heads(folding.project(self.key_dense, key, key_affine), self.num_heads, self.key_dim)
+        v = scores_lib.split_heads(folding.project(self.value_dense, value, value_affine), self.num_heads,
+                                   self.value_dim)
         scores = scores_lib.raw_scores(q, k, prev_scores)
         mask = masking.combine_masks(
             attention_mask, ops.shape(query)[1], ops.shape(key)[1], use_causal_mask,

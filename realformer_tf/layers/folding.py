@@ -11,7 +11,11 @@ gradient is needed. NormFormer uses it twice per block:
   * the feed-forward LayerNorm's gamma and beta fold into the output projection
     (`LayerNorm.activate_normalize_and_project`);
   * the per-head scale before the attention output projection folds into that
-    projection's kernel (`ResidualMultiHeadAttention`).
+    projection's kernel (`scores.project_heads`).
+
+Pre-LN blocks fold their LayerNorms' gamma and beta into the projections that follow
+(`LayerNorm.split_affine`, then `project`): the attention's query, key and value and the
+feed-forward's first projection.
 
 Measured on CPU with TensorFlow, `small` preset: see benchmarks/results/latest_small.md.
 """
@@ -29,6 +33,18 @@ def can_fold_into(dense):
         and dense.quantization_mode is None
         and dense.activation is keras.activations.linear
     )
+
+
+def project(dense, inputs, affine=None):
+    """`dense(inputs * scale + shift)` for `affine = (scale, shift)`, folded into the
+    weights where `can_fold_into(dense)` allows and applied to the inputs otherwise;
+    `dense(inputs)` for `affine=None`."""
+    if affine is None:
+        return dense(inputs)
+    scale, shift = affine
+    if can_fold_into(dense):
+        return dense_of_scaled(dense, inputs, scale, shift)
+    return dense(inputs * ops.cast(scale, inputs.dtype) + ops.cast(shift, inputs.dtype))
 
 
 def dense_of_scaled(dense, x, scale, shift=None):

@@ -12,14 +12,18 @@ on the [B, L, intermediate] activation, -17% step memory and -10% step time; van
     dx     = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
     dgamma = sum(dy * xhat),  dbeta = sum(dy)
 
-Where a LayerNorm feeds a plain Dense layer (the pre-LN feed-forward's first projection,
-NormFormer's feed-forward LayerNorm before the second), gamma and beta fold into that
-projection's weights (`realformer_tf.layers.folding`) and only the standardization runs
-on the activation (`LayerNorm.normalize_and_project`). NormFormer's feed-forward
-LayerNorm(gelu(x)) is one standardizing op with gelu inside that keeps gelu's slope
-for the backward pass (`LayerNorm.activate_normalize_and_project`). Together: NormFormer's
-step memory 1.21-1.25x -> 0.76x vanilla BERT's at the `small` benchmark preset, its
-step time 1.15x -> 1.07x.
+Where a LayerNorm feeds only plain Dense layers (every pre-LN LayerNorm: the attention's
+query, key and value projections and the feed-forward's first; NormFormer's
+feed-forward LayerNorm before the second), gamma and beta fold into those layers'
+weights (`realformer_tf/layers/folding.py`) and only the standardization runs on the
+activation (`LayerNorm.split_affine`, `LayerNorm.normalize_and_project`). NormFormer's
+feed-forward LayerNorm(gelu(x)) is one standardizing op with gelu inside that keeps
+gelu's slope for the backward pass (`LayerNorm.activate_normalize_and_project`).
+Measured at the `small` benchmark preset (benchmarks/results/latest_small*.md), these
+took NormFormer's step from 1.15x vanilla BERT's time and 1.21x its memory to 1.05x and
+0.76x, against a vanilla with Keras' composite gelu. Against the current vanilla,
+whose gelu also recomputes its slope (`activations.py`), they are 1.08-1.09x and
+1.10-1.14x.
 
 The gradient goes through `keras.ops.custom_gradient` (tf.custom_gradient,
 jax.custom_gradient, a torch.autograd.Function). On PyTorch, Keras runs the forward of
@@ -27,12 +31,11 @@ such a function without autograd and hands the backward only `upstream`; the clo
 below needs nothing else, so the same code serves all three backends.
 """
 
-import math
-
 import keras
 from keras import ops
 
 from realformer_tf.layers import folding
+from realformer_tf.layers.activations import gelu_and_slope, get_activation
 
 
 def _moments(x):
@@ -73,31 +76,6 @@ def _layer_norm(x, gamma, beta, epsilon):
     return forward(x, gamma, beta)
 
 
-_GELU_C = math.sqrt(2.0 / math.pi)
-_GELU_K = 0.044715
-
-
-def _gelu_and_slope(x):
-    """BERT's gelu 0.5 * x * (1 + tanh(u)), u = C * (x + K * x^3), and its derivative.
-
-    Written as x * sigmoid(2u), the same function in fewer elementwise passes:
-    d/dx = s + x * s * (1 - s) * 2C * (1 + 3K x^2) with s = sigmoid(2u)."""
-    x2 = x * x
-    s = ops.sigmoid(x * (x2 * (2 * _GELU_C * _GELU_K) + 2 * _GELU_C))
-    slope = s + _times_sigmoid_slope(x * (x2 * (6 * _GELU_C * _GELU_K) + 2 * _GELU_C), s)
-    return x * s, slope
-
-
-def _times_sigmoid_slope(g, s):
-    """g * s * (1 - s) for s = sigmoid(v): on TensorFlow one op (SigmoidGrad) instead of
-    three passes over the [batch, length, intermediate] tensor."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
-
-        return tf.raw_ops.SigmoidGrad(y=s, dy=g)
-    return g * (s - s * s)
-
-
 def _gelu_standardize(x, epsilon, stats_dtype):
     """(gelu(x) - mean) / std over the last axis as one op: NormFormer's feed-forward
     LayerNorm without its gamma and beta (which fold into the next projection).
@@ -111,7 +89,7 @@ def _gelu_standardize(x, epsilon, stats_dtype):
 
     @ops.custom_gradient
     def forward(x):
-        a, slope = _gelu_and_slope(x)
+        a, slope = gelu_and_slope(x)
         a = ops.cast(a, stats_dtype)
         mean, variance = _moments(a)
         rstd = ops.rsqrt(variance + epsilon)
@@ -166,20 +144,30 @@ class LayerNorm(keras.layers.LayerNormalization):
     def _stats_dtype(self, inputs):
         return "float64" if keras.backend.standardize_dtype(inputs.dtype) == "float64" else "float32"
 
+    def split_affine(self, inputs):
+        """`(standardized, (gamma, beta))`: `self(inputs)` without its gamma and beta, for a
+        caller that folds them into the projections that follow
+        (`folding.project(dense, standardized, affine)`); `(self(inputs), None)` where
+        this LayerNorm does not normalize the last axis with both.
+
+        Args:
+          inputs: [..., width] tensor.
+        """
+        if not self._normalizes_last_axis(inputs):
+            return self(inputs), None
+        xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon)
+        return ops.cast(xhat, self.compute_dtype), (self.gamma, self.beta)
+
     def normalize_and_project(self, inputs, dense):
-        """dense(self(inputs)), with this LayerNorm's gamma and beta folded into `dense`'s
-        weights when it is a plain Dense layer (`folding.dense_of_scaled`), so that only
-        the standardization runs on the activation: the pre-LN feed-forward's first
+        """dense(self(inputs)), with gamma and beta folded into `dense`'s weights where it
+        allows (`split_affine`, `folding.project`): the pre-LN feed-forward's first
         projection.
 
         Args:
           inputs: [..., width] tensor, normalized over its last axis.
           dense: the projection that takes the normalized tensor.
         """
-        if not (folding.can_fold_into(dense) and self._normalizes_last_axis(inputs)):
-            return dense(self(inputs))
-        xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon)
-        return folding.dense_of_scaled(dense, ops.cast(xhat, dense.compute_dtype), self.gamma, self.beta)
+        return folding.project(dense, *self.split_affine(inputs))
 
     def activate_normalize_and_project(self, pre_activation, hidden_act, dense):
         """dense(self(get_activation(hidden_act)(pre_activation))), NormFormer's feed-forward.
@@ -195,8 +183,6 @@ class LayerNorm(keras.layers.LayerNormalization):
           hidden_act: a BERT config activation name (realformer_tf.layers.activations).
           dense: the projection that takes the normalized activation.
         """
-        from realformer_tf.layers.activations import get_activation
-
         if not (folding.can_fold_into(dense) and self._normalizes_last_axis(pre_activation)):
             return dense(self(get_activation(hidden_act)(pre_activation)))
         stats_dtype = self._stats_dtype(pre_activation)

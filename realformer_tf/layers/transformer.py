@@ -152,13 +152,15 @@ class _BlockBase(keras.layers.Layer):
     def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention):
         """Applies one attention sublayer in the configured LayerNorm arrangement.
 
-        `call_attention(h)` runs the attention on the normalized (pre/normformer) or raw
-        (post) input and returns (output, scores).
+        `call_attention(h, affine)` runs the attention and returns (output, scores): on
+        the raw input (post, `affine` None) or on the standardized input with the
+        LayerNorm's (gamma, beta) as `affine`, to fold into its input projections
+        (pre/normformer; `LayerNorm.split_affine`).
         """
         if self.layer_norm_type == "post":
-            out, scores = call_attention(x)
+            out, scores = call_attention(x, None)
             return layer_norm(x + dropout(out)), scores
-        out, scores = call_attention(layer_norm(x))
+        out, scores = call_attention(*layer_norm.split_affine(x))
         if self.normformer:
             out = post_norm(out)
         return x + dropout(out), scores
@@ -270,10 +272,11 @@ class TransformerEncoderBlock(_BlockBase):
     def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None):
         mask = keras_mask_of(x) if mask is None else mask
 
-        def call_attention(h):
+        def call_attention(h, affine):
             return self.attention(
                 h, h, query_mask=mask, value_mask=mask, attention_mask=attention_mask,
                 prev_scores=self._prev(prev_scores), training=training,
+                query_affine=affine, value_affine=affine,
             )
 
         x, scores = self._attention_sublayer(
@@ -386,10 +389,10 @@ class TransformerDecoderBlock(_BlockBase):
             self.self_attention_layer_norm,
             getattr(self, "self_attention_post_layer_norm", None),
             lambda t: self.self_attention_dropout(t, training=training),
-            lambda h: self.self_attention(
+            lambda h, affine: self.self_attention(
                 h, h, query_mask=x_mask, value_mask=x_mask, attention_mask=self_attention_mask,
                 prev_scores=self._prev(prev_self_scores), use_causal_mask=True,
-                training=training,
+                training=training, query_affine=affine, value_affine=affine,
             ),
         )
         x, cross_scores = self._attention_sublayer(
@@ -397,9 +400,10 @@ class TransformerDecoderBlock(_BlockBase):
             self.cross_attention_layer_norm,
             getattr(self, "cross_attention_post_layer_norm", None),
             lambda t: self.cross_attention_dropout(t, training=training),
-            lambda h: self.cross_attention(
+            lambda h, affine: self.cross_attention(
                 h, memory, query_mask=x_mask, attention_mask=memory_mask,
                 prev_scores=self._prev(prev_cross_scores), training=training,
+                query_affine=affine,
             ),
         )
         return self._feed_forward_sublayer(x, training), self_scores, cross_scores
