@@ -4,7 +4,8 @@ Reading: the folder's tensors are presented under the original BERT variable nam
 (`bert/encoder/layer_0/attention/self/query/kernel`, ...) with PyTorch's [out, in]
 Linear weights transposed to TF's [in, out] kernels, so every loader that takes an
 original-named checkpoint takes a folder too. Files are read with `safetensors.numpy`
-through tf.io.gfile (gs:// works; local files without TensorFlow); torch and transformers are not needed.
+through tf.io.gfile (gs:// works; local files only without TensorFlow); torch and
+transformers are not needed.
 
 Writing: `save_hf_folder` writes what `transformers`' BertModel / BertForPreTraining /
 BertForSequenceClassification / BertForQuestionAnswering load. Stock `transformers`

@@ -238,10 +238,12 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         if prev_scores is not None:
             self._check_prev_scores(prev_scores, query, key)
-        q = scores_lib.split_heads(folding.project(self.query_dense, query, query_affine), self.num_heads, self.key_dim)
-        k = scores_lib.split_heads(folding.project(self.key_dense, key, key_affine), self.num_heads, self.key_dim)
-        v = scores_lib.split_heads(folding.project(self.value_dense, value, value_affine), self.num_heads,
-                                   self.value_dim)
+        q = folding.project(self.query_dense, query, query_affine)
+        k = folding.project(self.key_dense, key, key_affine)
+        v = folding.project(self.value_dense, value, value_affine)
+        q = scores_lib.split_heads(q, self.num_heads, self.key_dim)
+        k = scores_lib.split_heads(k, self.num_heads, self.key_dim)
+        v = scores_lib.split_heads(v, self.num_heads, self.value_dim)
         scores = scores_lib.raw_scores(q, k, prev_scores)
         mask = masking.combine_masks(
             attention_mask, ops.shape(query)[1], ops.shape(key)[1], use_causal_mask,

@@ -6,18 +6,18 @@ The left side costs two elementwise passes over the activation `x` and, in the b
 pass, two more plus two reductions over all of its rows; the right side touches only the
 [in, out] kernel, a fraction of the activation's size for any real batch. Autodiff of the
 right side gives the same gradients for x, scale, shift, W and b, so no hand-written
-gradient is needed. NormFormer uses it twice per block:
+gradient is needed. Used for:
 
-  * the feed-forward LayerNorm's gamma and beta fold into the output projection
+  * every pre-LN LayerNorm's gamma and beta, folded into the projections that follow
+    (`LayerNorm.split_affine`, then `project`): the attention's query, key and value and
+    the feed-forward's first projection;
+  * NormFormer's feed-forward LayerNorm, folded into the output projection
     (`LayerNorm.activate_normalize_and_project`);
-  * the per-head scale before the attention output projection folds into that
-    projection's kernel (`scores.project_heads`).
+  * NormFormer's per-head scale before the attention output projection, folded into
+    that projection's kernel (`scores.project_heads`).
 
-Pre-LN blocks fold their LayerNorms' gamma and beta into the projections that follow
-(`LayerNorm.split_affine`, then `project`): the attention's query, key and value and the
-feed-forward's first projection.
-
-Measured on CPU with TensorFlow, `small` preset: see benchmarks/results/latest_small.md.
+Measured on CPU with TensorFlow, `small` preset: benchmarks/results/latest_small_patches.md
+(`normformer+composite_ffn`, `normformer+unfolded_head_scale`).
 """
 
 import keras
