@@ -77,4 +77,6 @@ def dense_of_scaled(dense, x, scale, shift=None):
         shifted = ops.matmul(ops.cast(shift, weight_dtype)[None, :], kernel)[0]
         bias = shifted if bias is None else bias + shifted
     y = ops.matmul(x, ops.cast(folded_kernel, dense.compute_dtype))
-    return y if bias is None else y + ops.cast(bias, dense.compute_dtype)
+    # ops.add, as Dense: on TensorFlow a BiasAdd, whose gradient is one BiasAddGrad
+    # (a broadcasting `+` takes a slower generic Sum over all rows).
+    return y if bias is None else ops.add(y, ops.cast(bias, dense.compute_dtype))
