@@ -172,23 +172,19 @@ class LayerNorm(keras.layers.LayerNormalization):
     def activate_normalize_and_project(self, pre_activation, hidden_act, dense):
         """dense(self(get_activation(hidden_act)(pre_activation))), NormFormer's feed-forward.
 
-        When `dense` is a plain Dense layer, this LayerNorm's gamma and beta fold into
-        its weights (`folding.dense_of_scaled`) and only the standardization runs on the
-        [batch, length, intermediate] activation; for BERT's "gelu" that standardization
-        and the activation are one op that recomputes gelu in the backward pass
-        (`_gelu_standardize`). Otherwise the layers run one after the other.
+        gamma and beta fold into `dense`'s weights where it allows (`folding`), so only
+        the standardization runs on the [batch, length, intermediate] activation; for
+        BERT's "gelu" the activation and the standardization are one op that keeps gelu's
+        slope for the backward pass (`_gelu_standardize`).
 
         Args:
           pre_activation: [..., width] input of the activation; normalized over its last axis.
           hidden_act: a BERT config activation name (realformer_tf.layers.activations).
           dense: the projection that takes the normalized activation.
         """
-        if not (folding.can_fold_into(dense) and self._normalizes_last_axis(pre_activation)):
-            return dense(self(get_activation(hidden_act)(pre_activation)))
-        stats_dtype = self._stats_dtype(pre_activation)
-        if hidden_act == "gelu":
-            xhat = _gelu_standardize(pre_activation, self.epsilon, stats_dtype)
-        else:
-            activation = get_activation(hidden_act)(pre_activation)
-            xhat = _standardize(ops.cast(activation, stats_dtype), self.epsilon)
+        fused = (hidden_act == "gelu" and folding.can_fold_into(dense)
+                 and self._normalizes_last_axis(pre_activation))
+        if not fused:
+            return self.normalize_and_project(get_activation(hidden_act)(pre_activation), dense)
+        xhat = _gelu_standardize(pre_activation, self.epsilon, self._stats_dtype(pre_activation))
         return folding.dense_of_scaled(dense, ops.cast(xhat, dense.compute_dtype), self.gamma, self.beta)
