@@ -63,6 +63,7 @@ PRESETS = {
                  seq_length=128, batch_size=8),
 }
 from bench_inputs import MAX_POSITIONS, TYPE_VOCAB_SIZE, VOCAB_SIZE, bert_config, input_arrays  # noqa: E402
+from realformer_tf import kernels  # noqa: E402
 
 # name -> BertConfig overrides (None: Model Garden's BertEncoderV2).
 VARIANTS = {
@@ -169,6 +170,7 @@ class Candidate:
         self.description = description
         self.params_bytes = params_bytes
         self.variables = list(model.trainable_variables)
+        self.fused_kernels = True  # traced as the training loop does (realformer_tf.kernels)
 
 
 def _param_bytes(variables):
@@ -191,7 +193,9 @@ def build_ours(name, shape, args, inputs):
         return out["sequence_output"], out["pooled_output"]
 
     desc = config.describe() + "".join(f"; patch {p}: {patches.PATCHES[p]}" for p in patch_names)
-    return Candidate(name, model, forward, desc, _param_bytes(model.weights))
+    candidate = Candidate(name, model, forward, desc, _param_bytes(model.weights))
+    candidate.fused_kernels = "tf_ops_norm" not in patch_names
+    return candidate
 
 
 def build_model_garden(shape, args, inputs):
@@ -238,7 +242,20 @@ def make_step(candidate, jit_compile):
         grads = tape.gradient(loss, variables)
         return loss, grads
 
-    return step
+    return traced_as_trained(step, candidate)
+
+
+def traced_as_trained(step, candidate):
+    """`step`, traced (on its first call) as realformer_tf.training traces its steps:
+    inside `kernels.fused_cpu_kernels()`, unless the candidate has the `tf_ops_norm` patch."""
+    if not candidate.fused_kernels:
+        return step
+
+    def step_as_trained(*inputs):
+        with kernels.fused_cpu_kernels():
+            return step(*inputs)
+
+    return step_as_trained
 
 
 # -- measurement ----------------------------------------------------------------------------

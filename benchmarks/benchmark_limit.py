@@ -132,7 +132,7 @@ def make_train_step(candidate, jit_compile):
         optimizer.apply_gradients(zip(grads, variables))
         return loss, grads[0]
 
-    return train
+    return be.traced_as_trained(train, candidate)
 
 
 def time_interleaved(fns, args, inputs):

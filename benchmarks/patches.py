@@ -19,6 +19,12 @@ unfolded_head_scale
     context before the output projection instead of folded into that projection's
     kernel: shows what the fold buys.
 
+tf_ops_norm
+    The step traced outside `realformer_tf.kernels.fused_cpu_kernels()`, so every
+    LayerNorm (and NormFormer's gelu + standardization) runs as TensorFlow's chain of
+    ops instead of the fused CPU kernels the training loop uses: shows what the kernels
+    buy. Applied by benchmark_encoder.make_step, not to the model.
+
 keras_gelu
     The feed-forward gelu of the other variants as Keras' composite
     `keras.activations.gelu(approximate=True)` instead of the library's `"gelu"` (one op
@@ -38,6 +44,7 @@ PATCHES = {
     "composite_ffn": "NormFormer's dense(LayerNorm(gelu(x))) as three layers instead of the library's fused and folded op",
     "unfolded_head_scale": "NormFormer's head scale multiplied into the context instead of folded into the kernel",
     "keras_gelu": "feed-forward gelu as Keras' composite instead of the library's recomputing op",
+    "tf_ops_norm": "LayerNorms as TensorFlow's ops instead of the fused CPU kernels",
 }
 
 def keras_gelu(x):

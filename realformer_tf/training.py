@@ -18,6 +18,10 @@ per-replica forward+backward (and the eval step) with XLA. `gradient_accumulatio
 update as one N-times larger batch (each loss term is divided by its count over all N
 batches and all replicas, the sum is clipped once, global_step and the learning rate
 advance once).
+
+The steps are traced inside `kernels.fused_cpu_kernels()`: on a CPU without XLA their
+LayerNorms run as fused kernels (realformer_tf/kernels); the same model traced anywhere
+else (export, a user's own function) keeps TensorFlow's ops.
 """
 
 import math
@@ -29,6 +33,7 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
+from realformer_tf import kernels
 from realformer_tf.errors import UserError
 from realformer_tf.fileio import atomic_output
 
@@ -403,7 +408,8 @@ class Trainer:
             summary_interval=self.steps_per_loop if summary_dir and self.is_chief else None,
             train_actions=[NonFiniteCheck(self), progress],
         )
-        controller.train(steps=num_train_steps)
+        with kernels.fused_cpu_kernels():
+            controller.train(steps=num_train_steps)
         return runner.train_metrics.means(self.task.loss_terms) if runner.train_metrics else {}
 
     def evaluate(self, eval_dataset_fn, num_steps, summary_dir=None):
@@ -414,7 +420,8 @@ class Trainer:
             strategy=self.strategy, evaluator=runner, global_step=self.global_step,
             eval_summary_dir=summary_dir if self.is_chief else None,
         )
-        results = controller.evaluate(steps=num_steps)
+        with kernels.fused_cpu_kernels():
+            results = controller.evaluate(steps=num_steps)
         results = {k: float(v) for k, v in results.items()}
         results["global_step"] = int(self.global_step.numpy())
         return results
@@ -431,10 +438,11 @@ class Trainer:
 
         keys = tuple(output_keys) + tuple(feature_keys)
         collected = {k: [] for k in keys}
-        for features in dataset:
-            out = self.strategy.run(step, (features,))
-            for k in keys:
-                collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
+        with kernels.fused_cpu_kernels():
+            for features in dataset:
+                out = self.strategy.run(step, (features,))
+                for k in keys:
+                    collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
 
 

@@ -34,6 +34,7 @@ below needs nothing else, so the same code serves all three backends.
 import keras
 from keras import ops
 
+from realformer_tf import kernels
 from realformer_tf.layers import folding
 from realformer_tf.layers.activations import gelu_and_slope, get_activation
 
@@ -42,6 +43,13 @@ def _moments(x):
     mean = ops.mean(x, axis=-1, keepdims=True)
     variance = ops.mean(ops.square(x - mean), axis=-1, keepdims=True)
     return mean, variance
+
+
+def _standardize_forward(x, epsilon):
+    """(xhat, rstd): xhat = (x - mean) * rstd, rstd = 1 / sqrt(variance + epsilon)."""
+    mean, variance = _moments(x)
+    rstd = ops.rsqrt(variance + epsilon)
+    return (x - mean) * rstd, rstd
 
 
 def _standardize_backward(dxhat, xhat, rstd):
@@ -61,17 +69,32 @@ def _upstream(args, upstream):
     return args[0] if upstream is None else upstream
 
 
+def _no_slope():
+    return ops.zeros(kernels.NO_SLOPE_SHAPE, "float32")
+
+
+# Each op below runs as TensorFlow's fused CPU kernel where `kernels.ops_for` allows
+# (training steps on a CPU, float32, no XLA) and as the keras.ops composite elsewhere;
+# both compute the same formulas.
+
 def _layer_norm(x, gamma, beta, epsilon):
+    fused = kernels.ops_for(x)
+
     @ops.custom_gradient
     def forward(x, gamma, beta):
-        mean, variance = _moments(x)
-        rstd = ops.rsqrt(variance + epsilon)
-        xhat = (x - mean) * rstd
+        if fused:
+            y, xhat, rstd = fused.realformer_layer_norm(x, gamma, beta, epsilon=epsilon)
+        else:
+            xhat, rstd = _standardize_forward(x, epsilon)
+            y = xhat * gamma + beta
 
         def backward(*args, upstream=None):
-            return _normalize_backward(_upstream(args, upstream), xhat, rstd, gamma)
+            dy = _upstream(args, upstream)
+            if fused:
+                return tuple(fused.realformer_layer_norm_grad(dy, xhat, rstd, gamma))
+            return _normalize_backward(dy, xhat, rstd, gamma)
 
-        return xhat * gamma + beta, backward
+        return y, backward
 
     return forward(x, gamma, beta)
 
@@ -86,18 +109,21 @@ def _gelu_standardize(x, epsilon, stats_dtype):
     activation (with the fold: NormFormer's step 0.96x the time and 0.89x the memory of
     the composite's, benchmarks/patches.py `composite_ffn`). gelu runs in x's dtype, the
     statistics and the result in `stats_dtype`, as in the composite."""
+    fused = kernels.ops_for(x) if stats_dtype == "float32" else None
 
     @ops.custom_gradient
     def forward(x):
-        a, slope = gelu_and_slope(x)
-        a = ops.cast(a, stats_dtype)
-        mean, variance = _moments(a)
-        rstd = ops.rsqrt(variance + epsilon)
-        xhat = (a - mean) * rstd
+        if fused:
+            xhat, rstd, slope = fused.realformer_gelu_standardize(x, epsilon=epsilon)
+        else:
+            a, slope = gelu_and_slope(x)
+            xhat, rstd = _standardize_forward(ops.cast(a, stats_dtype), epsilon)
 
         def backward(*args, upstream=None):
-            da = _standardize_backward(_upstream(args, upstream), xhat, rstd)
-            return ops.cast(da, x.dtype) * slope
+            dxhat = _upstream(args, upstream)
+            if fused:
+                return fused.realformer_standardize_grad(dxhat, xhat, rstd, slope)
+            return ops.cast(_standardize_backward(dxhat, xhat, rstd), x.dtype) * slope
 
         return xhat, backward
 
@@ -106,15 +132,20 @@ def _gelu_standardize(x, epsilon, stats_dtype):
 
 def _standardize(x, epsilon):
     """(x - mean) / std over the last axis, with the backward of `_standardize_backward`."""
+    fused = kernels.ops_for(x)
 
     @ops.custom_gradient
     def forward(x):
-        mean, variance = _moments(x)
-        rstd = ops.rsqrt(variance + epsilon)
-        xhat = (x - mean) * rstd
+        if fused:
+            xhat, rstd = fused.realformer_standardize(x, epsilon=epsilon)
+        else:
+            xhat, rstd = _standardize_forward(x, epsilon)
 
         def backward(*args, upstream=None):
-            return _standardize_backward(_upstream(args, upstream), xhat, rstd)
+            dxhat = _upstream(args, upstream)
+            if fused:
+                return fused.realformer_standardize_grad(dxhat, xhat, rstd, _no_slope())
+            return _standardize_backward(dxhat, xhat, rstd)
 
         return xhat, backward
 
