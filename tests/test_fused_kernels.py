@@ -16,7 +16,6 @@ import tensorflow as tf
 import helpers_data as h
 import numpy_reference as ref
 from realformer_tf import kernels
-from realformer_tf.layers.normalization import LayerNorm
 
 EPS = 1e-6  # larger than BERT's 1e-12 so that epsilon's place in the formula is tested
 SHAPES = [(3, 7, 37), (2, 300), (5, 1), (0, 6)]
