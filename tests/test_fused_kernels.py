@@ -242,3 +242,28 @@ def test_failed_build_falls_back_with_one_warning(tmp_path):
     assert len(warnings) == 1 and "no-such-compiler" in warnings[0], proc.stderr[-3000:]
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").glob("*.so"))
 
+
+
+def test_keras_fit_inside_the_context_uses_them(monkeypatch):
+    """README's recipe: model.fit traced inside `fused_cpu_kernels()` runs the kernels and
+    trains; the same model traced outside runs TensorFlow's ops."""
+    import keras
+
+    from realformer_tf.layers import TransformerEncoder
+
+    used = []
+    ops_for = kernels.ops_for
+    monkeypatch.setattr(kernels, "ops_for", lambda x: used.append(ops_for(x)) or used[-1])
+    ids = keras.Input(shape=(None,), dtype="int32")
+    x = keras.layers.Embedding(50, 24, mask_zero=True)(ids)
+    out = TransformerEncoder(num_layers=2, num_heads=3, intermediate_size=37, layer_norm_type="normformer")(x)
+    model = keras.Model(ids, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(out["sequence_output"])))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+    rng = np.random.default_rng(7)
+    data = rng.integers(1, 50, size=(16, 9)), rng.integers(0, 2, size=16)
+    with kernels.fused_cpu_kernels():
+        history = model.fit(*data, batch_size=8, epochs=2, verbose=0)
+    assert any(u is not None for u in used) and np.all(np.isfinite(history.history["loss"]))
+    used.clear()
+    model.predict(data[0], verbose=0)
+    assert used and all(u is None for u in used)
