@@ -54,8 +54,9 @@ class AdamW(keras.optimizers.AdamW):
     TensorFlow's fused `ResourceApplyAdam` kernel: one pass over each variable and its two
     slots instead of Keras' ten separate ops, each a pass of its own. Same formula (Keras'
     bias-corrected step size and epsilon outside the square root), same variables and
-    checkpoints; the decoupled weight decay stays Keras'. Other backends, and `amsgrad`,
-    run Keras' update.
+    checkpoints. The decoupled weight decay, w -= w * weight_decay * lr, is one
+    `ResourceApplyGradientDescent` kernel per variable instead of three ops. Other
+    backends, and `amsgrad`, run Keras' update.
 
     Args: as `keras.optimizers.AdamW`.
 
@@ -65,12 +66,27 @@ class AdamW(keras.optimizers.AdamW):
         optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     """
 
+    def _fused(self):
+        return keras.backend.backend() == "tensorflow" and not self.amsgrad
+
+    def _apply_weight_decay(self, variables):
+        if not self._fused():
+            super()._apply_weight_decay(variables)
+        # Else update_step decays each variable (one kernel instead of Keras' three ops).
+
     def update_step(self, gradient, variable, learning_rate):
-        if keras.backend.backend() != "tensorflow" or self.amsgrad:
+        if not self._fused():
             return super().update_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
         dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        if self.weight_decay and self._use_weight_decay(variable):
+            # Keras' decoupled decay, w -= w * weight_decay * lr, before the Adam step
+            # with the same lr, as keras.optimizers.AdamW orders them.
+            tf.raw_ops.ResourceApplyGradientDescent(
+                var=_resource(variable), alpha=lr * ops.cast(self.weight_decay, dtype),
+                delta=tf.convert_to_tensor(variable))
         step = ops.cast(self.iterations + 1, dtype)
         index = self._get_variable_index(variable)
         tf.raw_ops.ResourceApplyAdam(
@@ -78,8 +94,8 @@ class AdamW(keras.optimizers.AdamW):
             v=_resource(self._velocities[index]),
             beta1_power=ops.power(ops.cast(self.beta_1, dtype), step),
             beta2_power=ops.power(ops.cast(self.beta_2, dtype), step),
-            lr=ops.cast(learning_rate, dtype), beta1=ops.cast(self.beta_1, dtype),
-            beta2=ops.cast(self.beta_2, dtype), epsilon=ops.cast(self.epsilon, dtype),
+            lr=lr, beta1=ops.cast(self.beta_1, dtype), beta2=ops.cast(self.beta_2, dtype),
+            epsilon=ops.cast(self.epsilon, dtype),
             grad=tf.convert_to_tensor(ops.cast(gradient, dtype)))  # sparse: densified, as Keras'
 
 

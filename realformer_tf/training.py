@@ -366,17 +366,22 @@ class Trainer:
         return self._compiled[key](grads)
 
     def update(self, grads, variables):
-        """The optimizer step from the replica-summed (loss-scaled) gradients."""
+        """The optimizer step from the replica-summed (loss-scaled) gradients.
+
+        One multiply per gradient does the clipping to the global norm (of the unscaled
+        gradients) and takes this replica's 1/N share (Keras' own cross-replica sum
+        restores the whole); a LossScaleOptimizer gets them still loss-scaled and unscales
+        them itself. Skipped where it would multiply by 1: one replica, no clipping."""
         context = tf.distribute.get_replica_context()
         scale = getattr(self.optimizer, "dynamic_scale", None)
-        if scale is not None:
-            grads = [g / tf.cast(scale, g.dtype) for g in grads]
+        multiplier = 1.0 / context.num_replicas_in_sync
         if self.clip_norm:
-            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)
-        factor = 1.0 / context.num_replicas_in_sync
-        if scale is not None:
-            factor = tf.cast(scale, tf.float32) * factor
-        grads = [g * tf.cast(factor, g.dtype) for g in grads]
+            norm = tf.linalg.global_norm(grads)
+            if scale is not None:
+                norm = norm / tf.cast(scale, norm.dtype)
+            multiplier = _clip_multiplier(norm, self.clip_norm) * multiplier
+        if not isinstance(multiplier, float) or multiplier != 1.0:
+            grads = [_times(g, multiplier) for g in grads]
         self.optimizer.apply_gradients(zip(grads, variables))
         self.global_step.assign_add(1)
 
@@ -444,6 +449,19 @@ class Trainer:
                 for k in keys:
                     collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+def _clip_multiplier(norm, clip_norm):
+    """tf.clip_by_global_norm's factor: min(1, clip_norm / norm), NaN where the norm is
+    not finite (so a non-finite step stays non-finite, as there)."""
+    return clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)
+
+
+def _times(gradient, multiplier):
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values * tf.cast(multiplier, gradient.dtype), gradient.indices,
+                                gradient.dense_shape)
+    return gradient * tf.cast(multiplier, gradient.dtype)
 
 
 def _add_gradients(a, b):

@@ -150,3 +150,60 @@ def test_fused_step_equals_keras_adamw_under_mirrored_strategy():
     diff, moved = map(float, proc.stdout.split("RESULT")[1].split())
     print(f"DEV fused-keras mirrored {diff:.2e}")
     assert diff <= 5e-7 and moved > 1e-3
+
+
+@pytest.mark.parametrize("clip", [0.05, 1e6])
+def test_trainer_step_clips_to_the_global_norm(tmp_path, clip):
+    """One SGD step of the training loop equals w - lr * g * min(1, clip / |g|), with g
+    and its norm computed here in NumPy from the tape (the embedding gradient's norm over
+    its slices, duplicates included, as tf.clip_by_global_norm and original BERT take it)."""
+    import keras
+
+    import test_gradient_accumulation as ga
+    from realformer_tf.training import Trainer
+
+    keras.utils.set_random_seed(1)
+    task, examples = ga.make_task("classifier")
+    batch = {k: v[:6] for k, v in examples.items()}
+    trainer = Trainer(task, tf.distribute.get_strategy(), str(tmp_path), optimizer_fn=lambda: keras.optimizers.SGD(0.5),
+                      steps_per_loop=1, save_checkpoints_steps=1000, clip_norm=clip, global_batch_size=6,
+                      jit_compile=False)
+    trainer.restore_or_initialize()
+    model = trainer.model
+    start = [v.numpy().copy() for v in model.trainable_variables]
+    features = {k: tf.constant(v) for k, v in batch.items()}
+    with tf.GradientTape() as tape:
+        sums = task.metric_sums(features, model(features, training=True))
+        loss = sum(sums[t][0] / sums[t][1] for t in task.loss_terms)
+    grads = tape.gradient(loss, model.trainable_variables)
+    dense, squares = [], 0.0
+    for g, w in zip(grads, start):
+        if g is None:
+            dense.append(None)
+        elif isinstance(g, tf.IndexedSlices):
+            values = g.values.numpy().astype(np.float64)
+            squares += float(np.sum(values ** 2))
+            full = np.zeros(w.shape)
+            np.add.at(full, g.indices.numpy(), values)
+            dense.append(full)
+        else:
+            dense.append(g.numpy().astype(np.float64))
+            squares += float(np.sum(dense[-1] ** 2))
+    factor = min(1.0, clip / np.sqrt(squares))
+    trainer.train(lambda input_context=None, start_step=0: tf.data.Dataset.from_tensor_slices(batch).batch(6).repeat(),
+                  1, log_fn=lambda _: None)
+    assert (factor < 0.5) == (clip < 1)  # the small clip acts, the large one does not
+    for v, w, g in zip(model.trainable_variables, start, dense):
+        expected = w if g is None else w - 0.5 * factor * g
+        np.testing.assert_allclose(v.numpy(), expected, atol=3e-6, err_msg=v.path)
+
+
+def test_clip_multiplier_matches_tf_clip_by_global_norm():
+    """Also where the norm is not finite: NaN, so that the step stays non-finite."""
+    from realformer_tf.training import _clip_multiplier
+
+    for norm in (0.3, 1.0, 7.0, np.inf, np.nan):
+        use_norm = tf.constant(norm, tf.float32)
+        expected = float(tf.clip_by_global_norm([tf.constant([1.0])], 1.0, use_norm=use_norm)[0][0][0])
+        got = float(_clip_multiplier(use_norm, 1.0))
+        assert (np.isnan(got) and np.isnan(expected)) or got == pytest.approx(expected), norm
