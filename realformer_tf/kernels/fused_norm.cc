@@ -115,6 +115,13 @@ Status RowsAndWidth(const Tensor& t, int64_t* rows, int64_t* width) {
   return Status();
 }
 
+// gamma / beta: a vector of the rows' width.
+Status CheckVector(const Tensor& t, int64_t width, const char* name) {
+  if (t.dims() == 1 && t.dim_size(0) == width) return Status();
+  return ::tensorflow::errors::InvalidArgument(name, " must have shape [", width, "], got ",
+                                               t.shape().DebugString());
+}
+
 TensorShape RowStatTensorShape(const Tensor& t) {
   TensorShape shape = t.shape();
   shape.set_dim(shape.dims() - 1, 1);
@@ -175,12 +182,8 @@ class StandardizeOp : public OpKernel {
     const float* gamma = nullptr;
     const float* beta = nullptr;
     if (kAffine) {
-      for (int i : {1, 2}) {
-        OP_REQUIRES(ctx, ctx->input(i).dims() == 1 && ctx->input(i).dim_size(0) == width,
-                    ::tensorflow::errors::InvalidArgument(
-                        i == 1 ? "gamma" : "beta", " must have shape [", width, "], got ",
-                        ctx->input(i).shape().DebugString()));
-      }
+      OP_REQUIRES_OK(ctx, CheckVector(ctx->input(1), width, "gamma"));
+      OP_REQUIRES_OK(ctx, CheckVector(ctx->input(2), width, "beta"));
       gamma = ctx->input(1).flat<float>().data();
       beta = ctx->input(2).flat<float>().data();
     }
@@ -288,6 +291,16 @@ Status CheckSameShape(const Tensor& a, const Tensor& b, const char* name) {
                                                ", got ", b.shape().DebugString());
 }
 
+// The inputs both gradient ops share: upstream (0), xhat (1) and rstd (2), as the
+// forward op wrote them. Sets the [rows, width] view of the upstream gradient.
+Status CheckGradInputs(OpKernelContext* ctx, int64_t* rows, int64_t* width) {
+  TF_RETURN_IF_ERROR(RowsAndWidth(ctx->input(0), rows, width));
+  TF_RETURN_IF_ERROR(CheckSameShape(ctx->input(0), ctx->input(1), "xhat"));
+  if (ctx->input(2).NumElements() == *rows) return Status();
+  return ::tensorflow::errors::InvalidArgument("rstd must have ", *rows, " values, got ",
+                                               ctx->input(2).NumElements());
+}
+
 class StandardizeGradOp : public OpKernel {
  public:
   explicit StandardizeGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -297,13 +310,9 @@ class StandardizeGradOp : public OpKernel {
     const Tensor& xhat = ctx->input(1);
     const Tensor& slope = ctx->input(3);
     int64_t rows = 0, width = 0;
-    OP_REQUIRES_OK(ctx, RowsAndWidth(dxhat, &rows, &width));
-    OP_REQUIRES_OK(ctx, CheckSameShape(dxhat, xhat, "xhat"));
+    OP_REQUIRES_OK(ctx, CheckGradInputs(ctx, &rows, &width));
     const bool has_slope = slope.NumElements() > 0;
     if (has_slope) OP_REQUIRES_OK(ctx, CheckSameShape(dxhat, slope, "slope"));
-    OP_REQUIRES(ctx, ctx->input(2).NumElements() == rows,
-                ::tensorflow::errors::InvalidArgument("rstd must have ", rows, " values, got ",
-                                                      ctx->input(2).NumElements()));
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, dxhat.shape(), &dx));
     const float* g = dxhat.flat<float>().data();
@@ -331,14 +340,8 @@ class LayerNormGradOp : public OpKernel {
     const Tensor& xhat = ctx->input(1);
     const Tensor& gamma_t = ctx->input(3);
     int64_t rows = 0, width = 0;
-    OP_REQUIRES_OK(ctx, RowsAndWidth(dy, &rows, &width));
-    OP_REQUIRES_OK(ctx, CheckSameShape(dy, xhat, "xhat"));
-    OP_REQUIRES(ctx, gamma_t.dims() == 1 && gamma_t.dim_size(0) == width,
-                ::tensorflow::errors::InvalidArgument("gamma must have shape [", width,
-                                                      "], got ", gamma_t.shape().DebugString()));
-    OP_REQUIRES(ctx, ctx->input(2).NumElements() == rows,
-                ::tensorflow::errors::InvalidArgument("rstd must have ", rows, " values, got ",
-                                                      ctx->input(2).NumElements()));
+    OP_REQUIRES_OK(ctx, CheckGradInputs(ctx, &rows, &width));
+    OP_REQUIRES_OK(ctx, CheckVector(gamma_t, width, "gamma"));
     Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, dy.shape(), &dx));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, gamma_t.shape(), &dgamma));
