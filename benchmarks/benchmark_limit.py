@@ -52,7 +52,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--presets", default="small,base", help="comma list of " + ", ".join(be.PRESETS))
-    p.add_argument("--batch_size", type=int, help="override every preset's batch (default: small 8, base 2)")
+    p.add_argument("--batch_size", type=int, help="override every preset's batch (default: small 8, base 8)")
     p.add_argument("--precisions", default="float32,bfloat16", help="comma list of float32, bfloat16")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds per function")
     p.add_argument("--steps", type=int, default=2, help="steps per timed sample")

@@ -23,6 +23,7 @@ from realformer_tf import etc_checkpoint
 from realformer_tf.config import BertConfig, ConfigError, JsonConfig  # noqa: F401  (ConfigError is public here)
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
+from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.etc import (
     SIDE_INPUT_NAMES,
     GlobalLocalBlock,
@@ -259,7 +260,7 @@ class EtcEmbeddings(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, name="long_layer_norm", dtype=self.dtype_policy)
         self.global_layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="global_layer_norm", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(self.hidden_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.hidden_dropout, dtype=self.dtype_policy)
         self.embedding_projection = None
         if self.embedding_size != self.hidden_size:
             self.embedding_projection = keras.layers.Dense(
@@ -614,7 +615,7 @@ class EtcClassifierModel(_EtcWithHead):
             cfg.hidden_size, activation="tanh",
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=cfg.initializer_range),
             name="pooler", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(cfg.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.dropout = Dropout(cfg.hidden_dropout_prob, dtype=self.dtype_policy)
         self.classifier = BertLogits(self.num_labels, initializer_range=cfg.initializer_range,
                                      name="classifier", dtype=self.dtype_policy)
 

@@ -15,6 +15,7 @@ from realformer_tf import checkpoint as ckpt
 from realformer_tf import hf_checkpoint
 from realformer_tf.checkpoint import CheckpointError  # noqa: F401  (public)
 from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (public)
+from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
@@ -294,7 +295,7 @@ class BertClassifierModel(_BertWithHead):
         kwargs.setdefault("name", "bert_classifier")
         super().__init__(config, **kwargs)
         self.num_labels = int(num_labels)
-        self.dropout = keras.layers.Dropout(self.config.hidden_dropout_prob, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.config.hidden_dropout_prob, dtype=self.dtype_policy)
         self.classifier = BertLogits(
             self.num_labels, initializer_range=self.config.initializer_range, name="classifier",
             dtype=self.dtype_policy,

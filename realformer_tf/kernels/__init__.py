@@ -1,10 +1,13 @@
-"""Fused LayerNorm kernels for TensorFlow on CPU, compiled for this machine on first use.
+"""Fused LayerNorm and dropout kernels for TensorFlow on CPU, compiled on first use.
 
 TensorFlow runs a LayerNorm as a chain of separate ops (mean, subtract, square, mean,
 rsqrt, multiply, ...), each a full pass over memory; on a CPU that chain, not the
 arithmetic, is what NormFormer's extra LayerNorms cost. `fused_norm.cc` does each
 LayerNorm, its gradient, and NormFormer's gelu + standardization in one pass per row
 (~2.5-3x faster than the chain, benchmarks/benchmark_encoder.py `+tf_ops_norm`).
+`fused_dropout.cc` does dropout in one pass with a counter-based random mask that the
+backward pass redraws instead of storing (TensorFlow's dropout takes four passes and
+keeps the mask).
 
 The ops are used only where they are safe, decided when a step is traced:
 
@@ -43,10 +46,11 @@ from pathlib import Path
 
 from absl import logging
 
-_SOURCE = Path(__file__).with_name("fused_norm.cc")
+# Every C++ source here goes into one library.
+_SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 _ENV_SWITCH = "REALFORMER_TF_FUSED_KERNELS"
 _lock = threading.Lock()
-_state = {"depth": 0, "library": None, "failed": False}
+_state = {"depth": 0, "library": None, "failed": False, "gradients_registered": False}
 
 # An empty tensor for RealformerStandardizeGrad's `slope` input: no gelu to chain.
 NO_SLOPE_SHAPE = (0,)
@@ -93,7 +97,7 @@ def load():
                 _state["library"] = _load_library()
             except (OSError, RuntimeError, subprocess.SubprocessError) as error:
                 _state["failed"] = True
-                logging.warning("Fused CPU LayerNorm kernels unavailable, using TensorFlow's ops "
+                logging.warning("Fused CPU kernels unavailable, using TensorFlow's ops "
                                 "(same results, slower): %s", error)
         return _state["library"]
 
@@ -104,17 +108,26 @@ def _load_library():
     path = library_path()
     if not path.exists():
         _compile(path)
-    return tf.load_op_library(str(path))
+    library = tf.load_op_library(str(path))
+    if not _state["gradients_registered"]:  # once per process (tests may reload)
+        tf.RegisterGradient("RealformerDropout")(_dropout_gradient)
+        _state["gradients_registered"] = True
+    return library
 
 
-def _compile_command(source, output):
+def _dropout_gradient(op, dy):
+    """The mask is a function of (seed, position): the gradient redraws it on dy."""
+    return [load().realformer_dropout(dy, op.inputs[1], rate=op.get_attr("rate")), None]
+
+
+def _compile_command(sources, output):
     import tensorflow as tf
 
     compiler = os.environ.get("CXX", "g++")
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C++ compiler {compiler!r} on PATH (set $CXX to one)")
     return [compiler, "-shared", "-fPIC", "-O3", "-march=native", "-fopenmp-simd",
-            "-fno-trapping-math", "-w", str(source), "-o", str(output),
+            "-fno-trapping-math", "-w", *map(str, sources), "-o", str(output),
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
@@ -133,22 +146,23 @@ def library_path():
     import tensorflow as tf
 
     key = hashlib.sha256("\0".join([
-        _SOURCE.read_text(), tf.__version__, " ".join(_compile_command("", "")),
+        *(source.read_text() for source in _SOURCES), tf.__version__,
+        " ".join(_compile_command([], "")),
         platform.machine(), _cpu_signature(),
     ]).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("REALFORMER_TF_CACHE", Path.home() / ".cache" / "realformer_tf"))
-    return cache / f"fused_norm-{key}.so"
+    return cache / f"fused_kernels-{key}.so"
 
 
 def _compile(path):
     path.parent.mkdir(parents=True, exist_ok=True)
-    logging.info("Compiling the fused CPU LayerNorm kernels for this machine into %s (once)", path)
+    logging.info("Compiling the fused CPU kernels for this machine into %s (once)", path)
     # Build under a temporary name and rename: concurrent builders never load half a file.
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         partial = Path(scratch) / path.name
-        result = subprocess.run(_compile_command(_SOURCE, partial), capture_output=True,
+        result = subprocess.run(_compile_command(_SOURCES, partial), capture_output=True,
                                 text=True, timeout=600)
         if result.returncode != 0:
-            raise RuntimeError(f"compiling {_SOURCE.name} failed (exit {result.returncode}):\n"
+            raise RuntimeError(f"compiling {', '.join(s.name for s in _SOURCES)} failed (exit {result.returncode}):\n"
                                + result.stderr[-2000:])
         os.replace(partial, path)

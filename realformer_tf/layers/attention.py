@@ -16,6 +16,7 @@ from keras import ops
 
 from realformer_tf.layers import folding, masking
 from realformer_tf.layers import scores as scores_lib
+from realformer_tf.layers.dropout import Dropout
 
 HEAD_SCALE_POSITIONS = ("before_projection", "after_projection")
 
@@ -159,7 +160,7 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         self.key_dense = self._dense(self.num_heads * self.key_dim, "key")
         self.value_dense = self._dense(self.num_heads * self.value_dim, "value")
         self.output_dense = None  # width known only in build()
-        self.probability_dropout = keras.layers.Dropout(
+        self.probability_dropout = Dropout(
             self.dropout, seed=seed, dtype=self.dtype_policy
         )
 

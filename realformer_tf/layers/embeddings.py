@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.normalization import LayerNorm
 
 
@@ -59,7 +60,7 @@ class BertEmbeddings(keras.layers.Layer):
         self.layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy
         )
-        self.dropout = keras.layers.Dropout(self.hidden_dropout, dtype=self.dtype_policy)
+        self.dropout = Dropout(self.hidden_dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         init = lambda: keras.initializers.TruncatedNormal(stddev=self.initializer_range)  # noqa: E731

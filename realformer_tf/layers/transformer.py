@@ -19,6 +19,7 @@ from realformer_tf.layers.normalization import LayerNorm
 
 from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS, ResidualMultiHeadAttention
+from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.masking import keras_mask_of
 from realformer_tf.layers.weights import WeightOptions
 
@@ -108,7 +109,7 @@ class _BlockBase(keras.layers.Layer):
         )
 
     def _dropout(self, name):
-        return keras.layers.Dropout(self.hidden_dropout, name=name, dtype=self.dtype_policy)
+        return Dropout(self.hidden_dropout, name=name, dtype=self.dtype_policy)
 
     def _attention(self, hidden_size, name):
         return ResidualMultiHeadAttention(

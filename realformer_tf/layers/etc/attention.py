@@ -23,6 +23,7 @@ from keras import ops
 
 from realformer_tf.layers import scores as score_math
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
+from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.etc import blocked, relative
 from realformer_tf.layers.weights import WeightOptions
 
@@ -168,7 +169,7 @@ class GlobalLocalAttention(keras.layers.Layer):
             kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
             kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
         )
-        self.probability_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.probability_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self._create_projections()
 
     # -- projections --------------------------------------------------------------------
