@@ -22,8 +22,8 @@ Functions timed, interleaved round by round (a busy spell of a shared machine hi
 - `fwd+bwd`: `benchmark_encoder.py`'s step (our vanilla BERT, dropout 0.1, loss on the
   sequence and pooled outputs, gradients of every weight), on the path the scripts take
   on this machine (`--jit_compile auto` as `Trainer` resolves it).
-- `train`: the same plus BERT's AdamW update of every weight (what a `Trainer` step
-  adds; the task head is left out).
+- `train`: the same plus the `Trainer`'s update of every weight (clipping to global
+  norm 1.0 and BERT's AdamW; the task head is left out).
 
 The fraction is limit time / step time (both do the same model FLOPs): 1.0 would mean the
 step spends no time outside its matmuls. Reported per preset and precision (bfloat16:
@@ -114,8 +114,9 @@ def make_bare(shape, dtype, jit_compile, seed=0):
 
 
 def make_train_step(candidate, jit_compile):
-    """benchmark_encoder's step plus BERT's AdamW update of every weight."""
-    from realformer_tf import optimization
+    """benchmark_encoder's step plus the training loop's update of every weight: BERT's
+    AdamW after clipping to global norm 1.0 (`training.apply_gradients`)."""
+    from realformer_tf import optimization, training
 
     optimizer = optimization.create_optimizer("adamw", 1e-4, 10000, 100)
     optimizer.build(candidate.variables)
@@ -128,8 +129,7 @@ def make_train_step(candidate, jit_compile):
             loss = (tf.reduce_mean(tf.square(tf.cast(seq, tf.float32)))
                     + tf.reduce_mean(tf.square(tf.cast(pooled, tf.float32))))
         grads = tape.gradient(loss, variables)
-        grads, _ = tf.clip_by_global_norm(grads, 1.0)
-        optimizer.apply_gradients(zip(grads, variables))
+        training.apply_gradients(optimizer, grads, variables, clip_norm=1.0)
         return loss, grads[0]
 
     return be.traced_as_trained(train, candidate)

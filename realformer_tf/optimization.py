@@ -7,8 +7,12 @@ is computed from step 0 (not from the end of warmup); gradients clipped to globa
 1.0 (clipping is done by the training loop, after the cross-replica sum).
 """
 
+import contextlib
+
 import keras
 from keras import ops
+
+from realformer_tf import kernels
 
 OPTIMIZERS = ("adamw", "lamb")
 
@@ -50,13 +54,21 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` whose Adam step runs, on the TensorFlow backend, as
-    TensorFlow's fused `ResourceApplyAdam` kernel: one pass over each variable and its two
-    slots instead of Keras' ten separate ops, each a pass of its own. Same formula (Keras'
-    bias-corrected step size and epsilon outside the square root), same variables and
-    checkpoints. The decoupled weight decay, w -= w * weight_decay * lr, is one
-    `ResourceApplyGradientDescent` kernel per variable instead of three ops. Other
-    backends, and `amsgrad`, run Keras' update.
+    """`keras.optimizers.AdamW` whose update of a variable is one kernel on TensorFlow.
+
+    Keras runs an AdamW step as about a dozen separate ops per variable, each a pass
+    over memory. Here, on the TensorFlow backend:
+
+    - inside a training step on CPU (`realformer_tf.kernels.fused_cpu_kernels()`,
+      float32, no XLA): the library's `RealformerApplyAdamW`, one pass over the
+      variable, its two slots and the gradient that also applies the decay and the
+      training loop's gradient scale (`scaling_gradients`);
+    - elsewhere: TensorFlow's `ResourceApplyAdam`, after one
+      `ResourceApplyGradientDescent` for the decay.
+
+    Same formula as Keras (its bias-corrected step size, epsilon outside the square
+    root, the decay w -= w * weight_decay * lr before the Adam step), same variables
+    and checkpoints. Other backends, and `amsgrad`, run Keras' update.
 
     Args: as `keras.optimizers.AdamW`.
 
@@ -64,39 +76,61 @@ class AdamW(keras.optimizers.AdamW):
 
         optimizer = AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6)
         optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+        with optimizer.scaling_gradients(0.5):  # the update uses gradient * 0.5
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
     """
 
-    def _fused(self):
+    _gradient_scale = None
+
+    @contextlib.contextmanager
+    def scaling_gradients(self, scale):
+        """Updates run (or traced) inside use `gradient * scale`: the training loop's
+        clipping factor, folded into the fused kernel's pass where it runs."""
+        self._gradient_scale = scale
+        try:
+            yield
+        finally:
+            self._gradient_scale = None
+
+    def _tensorflow_update(self):
         return keras.backend.backend() == "tensorflow" and not self.amsgrad
 
     def _apply_weight_decay(self, variables):
-        if not self._fused():
+        if not self._tensorflow_update():
             super()._apply_weight_decay(variables)
-        # Else update_step decays each variable (one kernel instead of Keras' three ops).
+        # Else update_step decays each variable in its own kernels.
 
     def update_step(self, gradient, variable, learning_rate):
-        if not self._fused():
+        scale = self._gradient_scale
+        if not self._tensorflow_update():
+            if scale is not None:
+                gradient = ops.multiply(ops.convert_to_tensor(gradient), ops.cast(scale, gradient.dtype))
             return super().update_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
-        if self.weight_decay and self._use_weight_decay(variable):
-            # Keras' decoupled decay, w -= w * weight_decay * lr, before the Adam step
-            # with the same lr, as keras.optimizers.AdamW orders them.
-            tf.raw_ops.ResourceApplyGradientDescent(
-                var=_resource(variable), alpha=lr * ops.cast(self.weight_decay, dtype),
-                delta=tf.convert_to_tensor(variable))
         step = ops.cast(self.iterations + 1, dtype)
         index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=_resource(variable), m=_resource(self._momentums[index]),
-            v=_resource(self._velocities[index]),
-            beta1_power=ops.power(ops.cast(self.beta_1, dtype), step),
-            beta2_power=ops.power(ops.cast(self.beta_2, dtype), step),
-            lr=lr, beta1=ops.cast(self.beta_1, dtype), beta2=ops.cast(self.beta_2, dtype),
-            epsilon=ops.cast(self.epsilon, dtype),
-            grad=tf.convert_to_tensor(ops.cast(gradient, dtype)))  # sparse: densified, as Keras'
+        var, m, v = (_resource(x) for x in (variable, self._momentums[index], self._velocities[index]))
+        decay = lr * ops.cast(self.weight_decay, dtype) if self._decays(variable) else None
+        hyper = dict(lr=lr, beta1=ops.cast(self.beta_1, dtype), beta2=ops.cast(self.beta_2, dtype),
+                     epsilon=ops.cast(self.epsilon, dtype), beta1_power=ops.power(ops.cast(self.beta_1, dtype), step),
+                     beta2_power=ops.power(ops.cast(self.beta_2, dtype), step))
+        grad = tf.convert_to_tensor(ops.cast(gradient, dtype))  # sparse: densified, as Keras'
+        fused = kernels.ops_for(variable)
+        if fused is not None:
+            return fused.realformer_apply_adam_w(
+                var=var, m=m, v=v, grad=grad, grad_scale=ops.cast(1.0 if scale is None else scale, dtype),
+                decay=ops.cast(0.0, dtype) if decay is None else decay, **hyper)
+        if scale is not None:
+            grad = grad * ops.cast(scale, dtype)
+        if decay is not None:  # Keras' order: decay, then the Adam step with the same lr
+            tf.raw_ops.ResourceApplyGradientDescent(var=var, alpha=decay, delta=tf.convert_to_tensor(variable))
+        tf.raw_ops.ResourceApplyAdam(var=var, m=m, v=v, grad=grad, **hyper)
+
+    def _decays(self, variable):
+        return bool(self.weight_decay) and self._use_weight_decay(variable)
 
 
 def _resource(variable):

@@ -33,7 +33,7 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
-from realformer_tf import kernels
+from realformer_tf import kernels, optimization
 from realformer_tf.errors import UserError
 from realformer_tf.fileio import atomic_output
 
@@ -366,23 +366,9 @@ class Trainer:
         return self._compiled[key](grads)
 
     def update(self, grads, variables):
-        """The optimizer step from the replica-summed (loss-scaled) gradients.
-
-        One multiply per gradient does the clipping to the global norm (of the unscaled
-        gradients) and takes this replica's 1/N share (Keras' own cross-replica sum
-        restores the whole); a LossScaleOptimizer gets them still loss-scaled and unscales
-        them itself. Skipped where it would multiply by 1: one replica, no clipping."""
-        context = tf.distribute.get_replica_context()
-        scale = getattr(self.optimizer, "dynamic_scale", None)
-        multiplier = 1.0 / context.num_replicas_in_sync
-        if self.clip_norm:
-            norm = tf.linalg.global_norm(grads)
-            if scale is not None:
-                norm = norm / tf.cast(scale, norm.dtype)
-            multiplier = _clip_multiplier(norm, self.clip_norm) * multiplier
-        if not isinstance(multiplier, float) or multiplier != 1.0:
-            grads = [_times(g, multiplier) for g in grads]
-        self.optimizer.apply_gradients(zip(grads, variables))
+        """The optimizer step from the replica-summed (loss-scaled) gradients
+        (`apply_gradients`), then the global step."""
+        apply_gradients(self.optimizer, grads, variables, self.clip_norm)
         self.global_step.assign_add(1)
 
     def replica_eval_step(self, features):
@@ -449,6 +435,32 @@ class Trainer:
                 for k in keys:
                     collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+def apply_gradients(optimizer, grads, variables, clip_norm):
+    """One optimizer step from replica-summed (loss-scaled) gradients, clipped to global
+    norm `clip_norm` (of the unscaled gradients; None: no clipping).
+
+    One factor does the clipping and takes this replica's 1/N share (Keras' own
+    cross-replica sum restores the whole); a LossScaleOptimizer gets the gradients
+    still loss-scaled and unscales them itself. Our AdamW on one replica folds the
+    factor into its update's single pass; otherwise it is one multiply per gradient,
+    and none where it would be 1 (one replica, no clipping)."""
+    context = tf.distribute.get_replica_context()
+    scale = getattr(optimizer, "dynamic_scale", None)
+    multiplier = 1.0 / context.num_replicas_in_sync
+    if clip_norm:
+        norm = tf.linalg.global_norm(grads)
+        if scale is not None:
+            norm = norm / tf.cast(scale, norm.dtype)
+        multiplier = _clip_multiplier(norm, clip_norm) * multiplier
+    if isinstance(multiplier, float) and multiplier == 1.0:
+        optimizer.apply_gradients(zip(grads, variables))
+    elif isinstance(optimizer, optimization.AdamW) and context.num_replicas_in_sync == 1:
+        with optimizer.scaling_gradients(multiplier):
+            optimizer.apply_gradients(zip(grads, variables))
+    else:
+        optimizer.apply_gradients(zip([_times(g, multiplier) for g in grads], variables))
 
 
 def _clip_multiplier(norm, clip_norm):

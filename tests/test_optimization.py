@@ -3,6 +3,7 @@ the warmup + linear-decay schedule, and AdamW (the fused TensorFlow step) with
 decoupled weight decay that skips LayerNorm, biases and NormFormer's scales; the fused
 step equals Keras' own AdamW, also under MirroredStrategy and XLA."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from realformer_tf import optimization
+from realformer_tf import kernels, optimization
 
 BETA_1, BETA_2, EPSILON, DECAY = 0.9, 0.999, 1e-6, 0.01
 
@@ -56,7 +57,10 @@ def make_problem(seed=0):
     return weights, grads
 
 
-def run_optimizer(make_optimizer, weights, grads_per_step, strategy=None, jit_compile=False):
+def run_optimizer(make_optimizer, weights, grads_per_step, strategy=None, jit_compile=False, scale=None,
+                  op_types=None):
+    """The weights after one `apply_gradients` per step (inside `scaling_gradients(scale)`
+    if given); `op_types`, a set, collects the op types of the traced step."""
     import keras
 
     strategy = strategy or tf.distribute.get_strategy()
@@ -67,7 +71,11 @@ def run_optimizer(make_optimizer, weights, grads_per_step, strategy=None, jit_co
 
     def apply(grads):
         # tf.identity: a copy on this replica's device, as a computed gradient would be.
-        optimizer.apply_gradients([(tf.identity(grads[k]), variables[k]) for k in variables])
+        pairs = [(tf.identity(grads[k]), variables[k]) for k in variables]
+        if scale is None:
+            return optimizer.apply_gradients(pairs)
+        with optimizer.scaling_gradients(scale):
+            optimizer.apply_gradients(pairs)
 
     replicas = strategy.num_replicas_in_sync
     # As the training loop does: the replica step inside one tf.function; each replica
@@ -75,6 +83,9 @@ def run_optimizer(make_optimizer, weights, grads_per_step, strategy=None, jit_co
     step = tf.function(lambda grads: strategy.run(apply, (grads,)), jit_compile=jit_compile)
     for grads in grads_per_step:
         step({k: tf.constant(g / replicas) for k, g in grads.items()})
+    if op_types is not None:
+        graph = step.get_concrete_function({k: tf.constant(g) for k, g in grads_per_step[0].items()}).graph
+        op_types.update(op.type for op in graph.get_operations())
     return {k: np.asarray(v.numpy()) for k, v in variables.items()}
 
 
@@ -89,6 +100,68 @@ def test_adamw_matches_plain_loop_and_skips_excluded_weights():
         print(f"DEV {k} {dev:.2e}")
         assert dev < 2e-6, k
         assert np.max(np.abs(result[k] - weights[k])) > 1e-3, f"{k} did not move"
+
+
+@pytest.mark.parametrize("scale", [None, 0.37])
+def test_fused_cpu_kernel_matches_plain_loop(scale):
+    """Inside the training loop's kernels context each update is one RealformerApplyAdamW:
+    decay, gradient scale and Adam step in one pass, against the NumPy loop."""
+    weights, grads = make_problem(seed=2)
+    seen = set()
+    with kernels.fused_cpu_kernels():
+        result = run_optimizer(lambda: optimization.create_optimizer("adamw", 3e-2, 6, 2), weights, grads,
+                               scale=scale, op_types=seen)
+    assert "RealformerApplyAdamW" in seen and not seen & {"ResourceApplyAdam", "ResourceApplyGradientDescent"}
+    scaled = [{k: g * np.float32(scale or 1.0) for k, g in step.items()} for step in grads]
+    expected = adamw_np(weights, scaled, 3e-2, 6, 2, decayed={"kernel"})
+    for k in weights:
+        np.testing.assert_allclose(result[k], expected[k], atol=2e-6, rtol=0, err_msg=k)
+
+
+def test_fused_cpu_kernel_takes_sparse_gradients_and_scales_elsewhere():
+    """An embedding's IndexedSlices gradient (duplicate rows) through the kernel, and the
+    gradient scale on TensorFlow's ops outside the context, equal the dense NumPy loop."""
+    import keras
+
+    rng = np.random.default_rng(4)
+    table = rng.normal(size=(9, 5)).astype(np.float32)
+    rows, values = np.array([1, 4, 1, 7]), rng.normal(size=(4, 5)).astype(np.float32)
+    dense = np.zeros_like(table)
+    np.add.at(dense, rows, values)
+    expected = adamw_np({"table": table}, [{"table": dense * np.float32(0.5)}], 3e-2, 6, 0, decayed={"table"})
+    for fused in (True, False):
+        optimizer = optimization.create_optimizer("adamw", 3e-2, 6, 0)
+        variable = keras.Variable(table, name="table")
+        optimizer.build([variable])
+        slices = tf.IndexedSlices(tf.constant(values), tf.constant(rows), tf.constant(table.shape))
+
+        @tf.function
+        def step():
+            with optimizer.scaling_gradients(0.5):
+                optimizer.apply_gradients([(slices, variable)])
+
+        with kernels.fused_cpu_kernels() if fused else contextlib.nullcontext():
+            step()
+        np.testing.assert_allclose(variable.numpy(), expected["table"], atol=2e-6, rtol=0, err_msg=f"fused={fused}")
+
+
+def test_fused_cpu_kernel_keeps_earlier_reads_and_names_bad_inputs():
+    """A value read before the update keeps its numbers (the kernel copies a shared
+    buffer first, as TensorFlow's training ops do); wrong shapes name the input."""
+    library = kernels.load()
+    assert library is not None, "the fused kernels did not build on this machine"
+    var, m, v = (tf.Variable(np.full((3, 4), value, np.float32)) for value in (1.0, 0.0, 0.0))
+    hyper = dict(grad_scale=1.0, lr=0.1, beta1=0.9, beta2=0.999, epsilon=1e-6, beta1_power=0.9,
+                 beta2_power=0.999, decay=0.01)
+    before = var.read_value()
+    library.realformer_apply_adam_w(var=var.handle, m=m.handle, v=v.handle, grad=tf.ones((3, 4)), **hyper)
+    assert (before.numpy() == 1).all() and (var.numpy() < 1).all()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"var and grad must have the same shape, got \[3,4\] "
+                                                             r"and \[4,3\]"):
+        library.realformer_apply_adam_w(var=var.handle, m=m.handle, v=v.handle, grad=tf.ones((4, 3)), **hyper)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"lr must be a scalar, got \[2\]"):
+        library.realformer_apply_adam_w(var=var.handle, m=m.handle, v=v.handle, grad=tf.ones((3, 4)),
+                                        **dict(hyper, lr=[0.1, 0.1]))
 
 
 def fused_minus_keras(where):

@@ -127,7 +127,7 @@ def _compile_command(sources, output):
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C++ compiler {compiler!r} on PATH (set $CXX to one)")
     return [compiler, "-shared", "-fPIC", "-O3", "-march=native", "-fopenmp-simd",
-            "-fno-trapping-math", "-w", *map(str, sources), "-o", str(output),
+            "-fno-trapping-math", "-fno-math-errno", "-w", *map(str, sources), "-o", str(output),
             *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
