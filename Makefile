@@ -40,7 +40,7 @@ bench: $(STAMP)
 	    --variants vanilla,realformer,normformer,realformer_normformer,model_garden \
 	    --json_out benchmarks/results/latest_small.json --markdown_out benchmarks/results/latest_small.md
 	$(PY) benchmarks/benchmark_encoder.py --repeats 20 --steps 1 --memory_repeats 2 \
-	    --variants vanilla,pre_ln,normformer,normformer+composite_ffn,normformer+unfolded_head_scale,vanilla+keras_gelu,vanilla+tf_ops_norm,normformer+tf_ops_norm \
+	    --variants vanilla,pre_ln,normformer,normformer+composite_ffn,normformer+unfolded_head_scale,vanilla+keras_gelu,vanilla+keras_dropout,vanilla+tf_ops,normformer+tf_ops \
 	    --json_out benchmarks/results/latest_small_patches.json --markdown_out benchmarks/results/latest_small_patches.md
 	$(PY) benchmarks/benchmark_jit.py --repeats 14 --json_out benchmarks/results/latest_jit.json
 	$(PY) benchmarks/benchmark_limit.py --repeats 4 --json_out benchmarks/results/latest_limit.json

@@ -194,7 +194,7 @@ def build_ours(name, shape, args, inputs):
 
     desc = config.describe() + "".join(f"; patch {p}: {patches.PATCHES[p]}" for p in patch_names)
     candidate = Candidate(name, model, forward, desc, _param_bytes(model.weights))
-    candidate.fused_kernels = "tf_ops_norm" not in patch_names
+    candidate.fused_kernels = "tf_ops" not in patch_names
     return candidate
 
 
@@ -247,7 +247,7 @@ def make_step(candidate, jit_compile):
 
 def traced_as_trained(step, candidate):
     """`step`, traced (on its first call) as realformer_tf.training traces its steps:
-    inside `kernels.fused_cpu_kernels()`, unless the candidate has the `tf_ops_norm` patch."""
+    inside `kernels.fused_cpu_kernels()`, unless the candidate has the `tf_ops` patch."""
     if not candidate.fused_kernels:
         return step
 

@@ -19,11 +19,16 @@ unfolded_head_scale
     context before the output projection instead of folded into that projection's
     kernel: shows what the fold buys.
 
-tf_ops_norm
+tf_ops
     The step traced outside `realformer_tf.kernels.fused_cpu_kernels()`, so every
-    LayerNorm (and NormFormer's gelu + standardization) runs as TensorFlow's chain of
-    ops instead of the fused CPU kernels the training loop uses: shows what the kernels
-    buy. Applied by benchmark_encoder.make_step, not to the model.
+    LayerNorm (and NormFormer's gelu + standardization) and every dropout runs as
+    TensorFlow's ops instead of the fused CPU kernels the training loop uses: shows
+    what the kernels buy. Applied by benchmark_encoder.make_step, not to the model.
+
+keras_dropout
+    Every dropout layer as Keras' `keras.layers.Dropout` (TensorFlow's four-op
+    dropout that stores its mask) instead of the library's fused CPU dropout, the
+    LayerNorm kernels kept: shows what the dropout kernel alone buys.
 
 keras_gelu
     The feed-forward gelu of the other variants as Keras' composite
@@ -38,13 +43,15 @@ import keras
 
 from realformer_tf.layers import normalization
 from realformer_tf.layers.attention import ResidualMultiHeadAttention
+from realformer_tf.layers.dropout import Dropout
 
 PATCHES = {
     "keras_ln": "Keras 3's composite LayerNormalization instead of the library's LayerNorm",
     "composite_ffn": "NormFormer's dense(LayerNorm(gelu(x))) as three layers instead of the library's fused and folded op",
     "unfolded_head_scale": "NormFormer's head scale multiplied into the context instead of folded into the kernel",
     "keras_gelu": "feed-forward gelu as Keras' composite instead of the library's recomputing op",
-    "tf_ops_norm": "LayerNorms as TensorFlow's ops instead of the fused CPU kernels",
+    "tf_ops": "LayerNorms and dropout as TensorFlow's ops instead of the fused CPU kernels",
+    "keras_dropout": "dropout as Keras' Dropout instead of the fused CPU dropout kernel",
 }
 
 def keras_gelu(x):
@@ -96,6 +103,10 @@ def apply_to(model, names):
         for layer in model._flatten_layers():
             if isinstance(layer, ResidualMultiHeadAttention):
                 _refuse_folding(layer.output_dense)
+    if "keras_dropout" in names:
+        for layer in model._flatten_layers():
+            if isinstance(layer, Dropout):
+                layer.__class__ = keras.layers.Dropout  # same config and seed generator
     if "keras_ln" in names:
         for layer in model._flatten_layers():
             if isinstance(layer, normalization.LayerNorm):

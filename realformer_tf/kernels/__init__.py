@@ -4,7 +4,7 @@ TensorFlow runs a LayerNorm as a chain of separate ops (mean, subtract, square, 
 rsqrt, multiply, ...), each a full pass over memory; on a CPU that chain, not the
 arithmetic, is what NormFormer's extra LayerNorms cost. `fused_norm.cc` does each
 LayerNorm, its gradient, and NormFormer's gelu + standardization in one pass per row
-(~2.5-3x faster than the chain, benchmarks/benchmark_encoder.py `+tf_ops_norm`).
+(~2.5-3x faster than the chain, benchmarks/benchmark_encoder.py `+tf_ops`).
 `fused_dropout.cc` does dropout in one pass with a counter-based random mask that the
 backward pass redraws instead of storing (TensorFlow's dropout takes four passes and
 keeps the mask).
