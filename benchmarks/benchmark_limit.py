@@ -115,7 +115,7 @@ def make_bare(shape, dtype, jit_compile, seed=0):
 
 def make_train_step(candidate, jit_compile):
     """benchmark_encoder's step plus the training loop's update of every weight: BERT's
-    AdamW after clipping to global norm 1.0 (`training.apply_gradients`)."""
+    AdamW after clipping to global norm 1.0 (`training.clip_and_apply`)."""
     from realformer_tf import optimization, training
 
     optimizer = optimization.create_optimizer("adamw", 1e-4, 10000, 100)
@@ -129,7 +129,7 @@ def make_train_step(candidate, jit_compile):
             loss = (tf.reduce_mean(tf.square(tf.cast(seq, tf.float32)))
                     + tf.reduce_mean(tf.square(tf.cast(pooled, tf.float32))))
         grads = tape.gradient(loss, variables)
-        training.apply_gradients(optimizer, grads, variables, clip_norm=1.0)
+        training.clip_and_apply(optimizer, grads, variables, clip_norm=1.0)
         return loss, grads[0]
 
     return be.traced_as_trained(train, candidate)

@@ -367,8 +367,8 @@ class Trainer:
 
     def update(self, grads, variables):
         """The optimizer step from the replica-summed (loss-scaled) gradients
-        (`apply_gradients`), then the global step."""
-        apply_gradients(self.optimizer, grads, variables, self.clip_norm)
+        (`clip_and_apply`), then the global step."""
+        clip_and_apply(self.optimizer, grads, variables, self.clip_norm)
         self.global_step.assign_add(1)
 
     def replica_eval_step(self, features):
@@ -437,7 +437,7 @@ class Trainer:
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
 
 
-def apply_gradients(optimizer, grads, variables, clip_norm):
+def clip_and_apply(optimizer, grads, variables, clip_norm):
     """One optimizer step from replica-summed (loss-scaled) gradients, clipped to global
     norm `clip_norm` (of the unscaled gradients; None: no clipping).
 

@@ -1,4 +1,4 @@
-"""Fused LayerNorm and dropout kernels for TensorFlow on CPU, compiled on first use.
+"""Fused LayerNorm, dropout and AdamW kernels for TensorFlow on CPU, built on first use.
 
 TensorFlow runs a LayerNorm as a chain of separate ops (mean, subtract, square, mean,
 rsqrt, multiply, ...), each a full pass over memory; on a CPU that chain, not the
@@ -7,7 +7,8 @@ LayerNorm, its gradient, and NormFormer's gelu + standardization in one pass per
 (~2.5-3x faster than the chain, benchmarks/benchmark_encoder.py `+tf_ops`).
 `fused_dropout.cc` does dropout in one pass with a counter-based random mask that the
 backward pass redraws instead of storing (TensorFlow's dropout takes four passes and
-keeps the mask).
+keeps the mask). `fused_adamw.cc` does AdamW's decay, gradient scaling and Adam step
+in one pass over a variable (`realformer_tf.optimization.AdamW`).
 
 The ops are used only where they are safe, decided when a step is traced:
 
@@ -21,7 +22,8 @@ The ops are used only where they are safe, decided when a step is traced:
 `REALFORMER_TF_FUSED_KERNELS=0` turns them off everywhere. The library is built with
 the C++ compiler in `$CXX` (default `g++`) into `$REALFORMER_TF_CACHE` (default
 `~/.cache/realformer_tf`), keyed by the source, TensorFlow's version and the CPU; if
-that fails, the layers warn once and keep TensorFlow's ops (same results, slower).
+that fails, the layers warn once and keep TensorFlow's ops (same formulas, slower;
+dropout masks come from TensorFlow's generator then).
 
     import numpy as np
     import tensorflow as tf
@@ -98,7 +100,7 @@ def load():
             except (OSError, RuntimeError, subprocess.SubprocessError) as error:
                 _state["failed"] = True
                 logging.warning("Fused CPU kernels unavailable, using TensorFlow's ops "
-                                "(same results, slower): %s", error)
+                                "(same formulas, slower): %s", error)
         return _state["library"]
 
 

@@ -2,6 +2,7 @@
 
 from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import ResidualMultiHeadAttention
+from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.etc import (
@@ -18,6 +19,7 @@ from realformer_tf.layers.transformer import (
 
 __all__ = [
     "BertEmbeddings",
+    "Dropout",
     "LAYER_NORM_TYPES",
     "ResidualMultiHeadAttention",
     "TransformerDecoderBlock",
