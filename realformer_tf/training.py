@@ -160,10 +160,10 @@ def resolve_jit_compile(jit_compile, strategy=None):
     cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
     compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
     elementwise ops around the matmuls); CPUs compile nothing: XLA's CPU matmuls are
-    slower than TensorFlow's oneDNN kernels, and fusing the update did not pay either
-    (benchmarks/benchmark_jit.py, the BERT pretraining Trainer step on a 2-core CPU:
-    everything compiled 1.2-2.1x the time of no XLA, the update alone 0.96-1.07x;
-    README, "Performance").
+    slower than TensorFlow's oneDNN kernels, and an XLA update cannot use the fused
+    AdamW kernel (benchmarks/benchmark_jit.py, the BERT pretraining Trainer step on a
+    2-core CPU: everything compiled 1.2-2.1x the time of no XLA, the update alone
+    0.96-1.07x; README, "Performance").
     """
     one_replica = strategy is None or strategy.num_replicas_in_sync == 1
     if not isinstance(jit_compile, str):
