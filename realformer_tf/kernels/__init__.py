@@ -48,8 +48,9 @@ from pathlib import Path
 
 from absl import logging
 
-# Every C++ source here goes into one library.
+# Every C++ source here goes into one library; the headers only count for its cache key.
 _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
+_HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 _ENV_SWITCH = "REALFORMER_TF_FUSED_KERNELS"
 _lock = threading.Lock()
 _state = {"depth": 0, "library": None, "failed": False, "gradients_registered": False}
@@ -148,7 +149,7 @@ def library_path():
     import tensorflow as tf
 
     key = hashlib.sha256("\0".join([
-        *(source.read_text() for source in _SOURCES), tf.__version__,
+        *(source.read_text() for source in _SOURCES + _HEADERS), tf.__version__,
         " ".join(_compile_command([], "")),
         platform.machine(), _cpu_signature(),
     ]).encode()).hexdigest()[:16]

@@ -23,22 +23,13 @@
 #include <cstring>
 #include <vector>
 
-#include "tensorflow/core/framework/common_shape_fns.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
+#include "kernel_common.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
-#include "tensorflow/core/platform/threadpool.h"
 
 namespace realformer_tf {
 namespace {
 
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
 using ::tensorflow::Var;
 
 constexpr int kNumVariables = 3;  // var, m, v
@@ -135,11 +126,9 @@ class ApplyAdamWOp : public OpKernel {
       data[i] = variable->tensor()->flat<float>().data();
     }
     const float* g = grad.flat<float>().data();
-    auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-    pool->ParallelFor(grad.NumElements(), ::tsl::thread::ThreadPool::SchedulingParams::Adaptive(16),
-                      [&](int64_t begin, int64_t end) {
-                        AdamWRange(data[0], data[1], data[2], g, begin, end, h);
-                      });
+    ParallelFor(ctx, grad.NumElements(), 16, [&](int64_t begin, int64_t end) {
+      AdamWRange(data[0], data[1], data[2], g, begin, end, h);
+    });
   }
 };
 

@@ -18,21 +18,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tensorflow/core/framework/common_shape_fns.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/platform/threadpool.h"
+#include "kernel_common.h"
 
 namespace realformer_tf {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
 
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
@@ -90,11 +79,9 @@ class DropoutOp : public OpKernel {
     float* out = y->flat<float>().data();
     const uint64_t threshold = threshold_;
     const float scale = scale_;
-    auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-    pool->ParallelFor(x.NumElements(), ::tsl::thread::ThreadPool::SchedulingParams::Adaptive(4),
-                      [&](int64_t begin, int64_t end) {
-                        DropoutRange(in, out, begin, end, key, threshold, scale);
-                      });
+    ParallelFor(ctx, x.NumElements(), 4, [&](int64_t begin, int64_t end) {
+      DropoutRange(in, out, begin, end, key, threshold, scale);
+    });
   }
 
  private:
