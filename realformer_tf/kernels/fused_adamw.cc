@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "kernel_common.h"
@@ -92,7 +93,8 @@ class ApplyAdamWOp : public OpKernel {
     Hyper h;
     float* fields[] = {&h.grad_scale, &h.lr, &h.beta1, &h.beta2, &h.epsilon,
                        &h.beta1_power, &h.beta2_power, &h.decay};
-    for (int k = 0; k < 8; ++k) {
+    static_assert(std::size(fields) == std::size(kScalarNames), "one name per scalar input");
+    for (int k = 0; k < static_cast<int>(std::size(fields)); ++k) {
       const Tensor& t = ctx->input(4 + k);
       OP_REQUIRES(ctx, t.NumElements() == 1 && t.dims() == 0,
                   ::tensorflow::errors::InvalidArgument(kScalarNames[k], " must be a scalar, got ",
