@@ -11,6 +11,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from realformer_tf import bert_compat
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import hf_checkpoint
 from realformer_tf.checkpoint import CheckpointError  # noqa: F401  (public)
@@ -19,6 +20,9 @@ from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
+
+# google-research/bert's module functions (README "Porting code from google-research/bert").
+from realformer_tf.bert_compat import (  # noqa: F401,E402  (public)
 
 LAYER_NORM_EPSILON = 1e-12
 
@@ -91,13 +95,20 @@ class _BertCheckpointIO:
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class BertModel(_BertCheckpointIO, keras.Model):
+class BertModel(bert_compat.OriginalBertModelApi, _BertCheckpointIO, keras.Model):
     """The BERT / RealFormer / NormFormer encoder with BERT's outputs.
 
     Inputs: dict with `input_ids` [B, L] and optional `input_mask` (default all ones) and
     `segment_ids` (default zeros). Outputs: dict with `sequence_output` [B, L, H],
     `pooled_output` [B, H], `encoder_outputs` (one [B, L, H] per layer) and
     `attention_scores` (one carried [B, heads, L, L] score tensor per layer).
+
+    Also constructible as in google-research/bert: `BertModel(config=config,
+    is_training=False, input_ids=ids, input_mask=mask, token_type_ids=types)` builds the
+    weights, and `get_pooled_output()`, `get_sequence_output()`,
+    `get_all_encoder_layers()`, `get_embedding_output()` run it on those inputs with
+    the weights of that moment (`is_training=False`: dropout 0, as the original);
+    see `bert_compat.OriginalBertModelApi`.
     """
 
     hf_architecture = "BertModel"
@@ -105,6 +116,7 @@ class BertModel(_BertCheckpointIO, keras.Model):
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
             config = BertConfig.from_dict(config)
+        config, original = self._split_original_kwargs(config, kwargs)
         kwargs.setdefault("name", "bert")
         super().__init__(**kwargs)
         self.config = config
@@ -131,6 +143,9 @@ class BertModel(_BertCheckpointIO, keras.Model):
             name="pooler",
             dtype=self.dtype_policy,
         )
+        bert_compat.register_model(self)
+        if original is not None:
+            self._init_original(original)
 
     def _dummy_inputs(self):
         return {"input_ids": np.zeros([1, 2], np.int32)}
@@ -217,6 +232,7 @@ class _BertWithHead(_BertCheckpointIO, keras.Model):
         super().__init__(**kwargs)
         self.config = config
         self.bert = BertModel(config, name="bert", dtype=self.dtype_policy)
+        bert_compat.register_model(self)
 
     def _dummy_inputs(self):
         return {"input_ids": np.zeros([1, 2], np.int32)}
