@@ -382,3 +382,57 @@ def test_package_imports_and_runs_without_tensorflow(tmp_path):
     assert report["backend"] == backend and not report["tensorflow_loaded"]
     assert report["max_dev"] <= 1e-6
     assert "needs TensorFlow" in report["checkpoint_error"], report["checkpoint_error"]
+
+
+# ------------------------------------- BertModel / heads inside Functional models
+def _functional_bert(head):
+    """A Functional model on `keras.Input((None,), "int32")` inputs around BertModel or
+    BertClassifierModel, its weights set from fixed NumPy values by original name."""
+    import bert_numpy
+
+    cfg = dict(vocab_size=VOCAB, hidden_size=H, num_hidden_layers=2, num_attention_heads=N,
+               intermediate_size=I, max_position_embeddings=16, type_vocab_size=2,
+               residual_attention=True)
+    weights = bert_numpy.random_weights(cfg, np.random.default_rng(27), head=head)
+    config = modeling.BertConfig(**cfg)
+    inputs = {name: keras.Input((None,), dtype="int32", name=name)
+              for name in ("input_ids", "input_mask", "segment_ids")}
+    if head is None:
+        inner = modeling.BertModel(config)
+        outputs = inner(inputs)["pooled_output"]
+    else:
+        inner = modeling.BertClassifierModel(config, num_labels=2)
+        outputs = inner(inputs)["logits"]
+    for name, var in inner.bert_checkpoint_variables().items():
+        var.assign(weights[name])
+    features = {"input_ids": IDS, "input_mask": (IDS != 0).astype(np.int32),
+                "segment_ids": (np.arange(L)[None] >= 3).astype(np.int32) * np.ones_like(IDS)}
+    want = bert_numpy.bert_forward(weights, cfg, IDS, features["input_mask"],
+                                   features["segment_ids"])
+    return keras.Model(inputs, outputs), features, want["pooled_output" if head is None else "logits"]
+
+
+@pytest.mark.parametrize("head", [None, "classifier"])
+def test_bert_in_a_functional_model_fits_saves_and_matches_numpy(head, tmp_path):
+    """Same numbers as the NumPy BERT (so as the TensorFlow backend's) within 1e-5 on
+    every backend; fit two steps; .keras round trip."""
+    model, features, want = _functional_bert(head)
+    assert np.max(np.abs(_np(model(features)) - want)) <= 1e-5
+    target = np.zeros_like(want, np.float32) if head is None else _labels()
+    loss = "mse" if head is None else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss)
+    history = model.fit(features, target, batch_size=2, epochs=1, steps_per_epoch=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    trained = _np(model(features))
+    assert np.max(np.abs(trained - want)) > 1e-5  # the fit moved the weights
+    path = str(tmp_path / "bert.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(_np(reloaded(features)), trained, atol=1e-6)
+
+
+def test_functional_bert_too_long_input_names_max_position_embeddings():
+    model, features, _ = _functional_bert(None)
+    long_ids = np.ones((1, 17), np.int32)
+    with pytest.raises(ValueError, match="max_position_embeddings=16"):
+        model({"input_ids": long_ids, "input_mask": long_ids, "segment_ids": 0 * long_ids})

@@ -209,8 +209,10 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
     def _check_prev_scores(self, prev_scores, query, key):
         want = (self.num_heads, query.shape[1], key.shape[1])
         got = tuple(prev_scores.shape[1:])
+        # Only concrete (int) sizes are compared: a JAX symbolic dimension (Functional
+        # shape inference) cannot be compared in Python.
         if len(prev_scores.shape) != 4 or any(
-            g is not None and w is not None and g != w for g, w in zip(got, want)
+            isinstance(g, int) and isinstance(w, int) and g != w for g, w in zip(got, want)
         ):
             raise ValueError(
                 f"prev_scores has shape {tuple(prev_scores.shape)}; this layer needs"

@@ -2,6 +2,7 @@
 
 import keras
 from keras import ops
+from keras.src.backend.common.symbolic_scope import in_symbolic_scope  # no public getter
 
 from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.normalization import LayerNorm
@@ -81,9 +82,21 @@ class BertEmbeddings(keras.layers.Layer):
         super().build(input_shape)
 
     def _check_length(self, input_ids):
+        """Raises ValueError naming `max_position_embeddings` for input longer than the
+        position table, wherever the length is known.
+
+        While Keras infers a Functional model's output shapes (its symbolic scope), the
+        length is only a placeholder: None on TensorFlow, a symbolic dimension on JAX
+        (which cannot be compared with a number in Python) and a stand-in 83 or 89 on
+        PyTorch. Nothing is checked then; the check runs when the model runs on data
+        (eagerly or traced by jit/tf.function, where the length is an int), and in a
+        TensorFlow graph whose length is unknown it is an assert op.
+        """
+        if in_symbolic_scope():
+            return
         limit = self.max_position_embeddings
         length = input_ids.shape[1]
-        if length is not None and length > limit:
+        if isinstance(length, int) and length > limit:
             raise ValueError(
                 f"input_ids has sequence length {length}, longer than the position table"
                 f" (max_position_embeddings={limit}); truncate the input or use a model"
@@ -97,6 +110,16 @@ class BertEmbeddings(keras.layers.Layer):
                 message=f"input_ids is longer than max_position_embeddings={limit}",
             )
 
+    def _position_rows(self, seq_len):
+        """The first `seq_len` rows of the position table, [seq_len, hidden]."""
+        if in_symbolic_scope():
+            # Shape inference only: the placeholder length (PyTorch's 83, JAX's symbolic
+            # dimension) may exceed the table; clipped row indices give the [L, H] shape
+            # a real call of that length would have (the values are never used).
+            rows = ops.minimum(ops.arange(seq_len), self.max_position_embeddings - 1)
+            return ops.take(self.position_embeddings, rows, axis=0)
+        return self.position_embeddings[:seq_len]
+
     def call(self, input_ids, segment_ids=None, training=None):
         self._check_length(input_ids)
         input_ids = ops.cast(input_ids, "int32")
@@ -105,7 +128,7 @@ class BertEmbeddings(keras.layers.Layer):
         seq_len = ops.shape(input_ids)[1]
         x = ops.take(self.word_embeddings, input_ids, axis=0)
         x += ops.take(self.token_type_embeddings, ops.cast(segment_ids, "int32"), axis=0)
-        x += self.position_embeddings[None, :seq_len, :]
+        x += self._position_rows(seq_len)[None]
         x = self.layer_norm(x)
         return self.dropout(x, training=training)
 
