@@ -21,6 +21,7 @@ head model's weights, which `tf.compat.v1.train.init_from_checkpoint` assigns in
 """
 
 import collections
+import copy
 import re
 import weakref
 
@@ -443,10 +444,8 @@ class OriginalBertModelApi:
             raise OriginalApiError("BertModel(is_training=..., ...) needs input_ids (the"
                                    " original's signature); or call BertModel(config)")
         if not original.get("is_training", False):  # the original zeroes dropout
-            import dataclasses
-
-            config = dataclasses.replace(config, hidden_dropout_prob=0.0,
-                                         attention_probs_dropout_prob=0.0)
+            config = copy.copy(config)  # keeps every attribute, e.g. where a field came from
+            config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
         return config, original
 
     def _init_original(self, original):

@@ -123,6 +123,11 @@ def test_is_training_scope_and_keras_style_getters():
     assert evaluation.config.hidden_dropout_prob == 0.0
     assert evaluation.config.attention_probs_dropout_prob == 0.0
     assert config.hidden_dropout_prob == 0.1  # the caller's config is not changed
+    unstated = modeling.BertConfig.from_dict({k: v for k, v in CONFIG.items()
+                                              if k != "residual_attention"})
+    copied = modeling.BertModel(config=unstated, is_training=False, input_ids=ids).config
+    assert getattr(copied, "residual_attention_stated", None) == getattr(
+        unstated, "residual_attention_stated", None)
     with pytest.raises(bert_compat.OriginalApiError, match="scope='mine'"):
         modeling.BertModel(config=config, is_training=False, input_ids=ids, scope="mine")
     with pytest.raises(bert_compat.OriginalApiError, match="Keras-style"):
