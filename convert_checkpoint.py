@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli, convert, hf_checkpoint
+from realformer_tf import cli, convert, hf_checkpoint, outputs
 from realformer_tf.config import BertConfig
 
 flags.DEFINE_string("bert_config_file", None,
@@ -45,6 +45,10 @@ flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).")
 def main(argv):
     del argv
     f = flags.FLAGS
+    if f.output_format == "hf":  # a folder
+        outputs.check_output_dir(f.output_checkpoint, "--output_checkpoint")
+    else:  # prefix.index, prefix.data-*
+        outputs.check_output_prefix(f.output_checkpoint, "--output_checkpoint")
     config_file = f.bert_config_file
     if config_file is None and hf_checkpoint.is_hf_folder(f.input_checkpoint):
         config_file = f.input_checkpoint

@@ -22,7 +22,7 @@ from absl import app, flags, logging  # noqa: E402
 from official.nlp.data import create_pretraining_data as mg  # noqa: E402  (defines the flags)
 from official.nlp.tools import tokenization  # noqa: E402
 
-from realformer_tf import cli  # noqa: E402
+from realformer_tf import cli, outputs  # noqa: E402
 from realformer_tf.data.records import expand_input_files  # noqa: E402
 from realformer_tf.data.text_files import check_utf8  # noqa: E402
 from realformer_tf.data.vocab import check_vocab  # noqa: E402
@@ -72,6 +72,9 @@ def _counted(items, progress):
 
 
 def main(_):
+    for path in (FLAGS.output_file or "").split(","):
+        if path.strip():
+            outputs.check_output_file(path.strip(), "--output_file")  # before the text is read
     input_files = expand_input_files(FLAGS.input_file)
     check_utf8(input_files)
     vocab = check_vocab(FLAGS.vocab_file)

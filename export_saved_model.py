@@ -19,7 +19,7 @@ import os
 
 from absl import app, flags
 
-from realformer_tf import cli, export
+from realformer_tf import cli, export, outputs
 from realformer_tf.data import glue
 from realformer_tf.families import MODEL_TYPES, get_family
 from realformer_tf.runner import RunOptions
@@ -64,6 +64,7 @@ def main(argv):
     f = flags.FLAGS
     for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
         cli.require(getattr(f, name), f"--{name} is required")
+    outputs.check_output_dir(f.export_dir, "--export_dir")  # before the model is built
     family = get_family(f.model_type)
     config = family.load_config(f.bert_config_file)
     print(config.describe(), flush=True)

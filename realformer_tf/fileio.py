@@ -44,7 +44,7 @@ def gfile():
 @contextlib.contextmanager
 def atomic_output(path, mode="w"):
     """`with atomic_output(path) as f: f.write(...)`; yields a `gfile().GFile`."""
-    temp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    temp = f"{path}.tmp-{_unique()}"
     try:
         with gfile().GFile(temp, mode) as f:
             yield f
@@ -56,8 +56,16 @@ def atomic_output(path, mode="w"):
 
 def temporary_name(path):
     """A name next to `path` for a writer that takes a file name (e.g. a TFRecord
-    writer in Model Garden); rename it onto `path` with `commit`."""
-    return f"{path}.incomplete"
+    writer in Model Garden); rename it onto `path` with `commit`.
+
+    Unique per process and call (`<path>.incomplete-<pid>-<random>`): two processes
+    writing the same file must not write, rename or delete each other's temporary file.
+    """
+    return f"{path}.incomplete-{_unique()}"
+
+
+def _unique():
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def commit(temporary, path):

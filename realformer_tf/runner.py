@@ -1,7 +1,8 @@
 """The one job sequence behind run_pretraining.py, run_classifier.py and run_squad.py.
 
-    config -> strategy -> worker output dir -> batch / input checks -> claim output_dir
-    -> trainer (restored or initialized) -> train -> final original-named checkpoint
+    output paths checked -> config -> strategy -> worker output dir -> batch / input checks
+    -> claim and lock output_dir (chief) -> trainer (restored or initialized) -> train
+    -> final original-named checkpoint
     -> eval / predict -> report -> optional SavedModel
 
 is written once, in `run_job`. What varies is the *model family* (`realformer_tf.families`:
@@ -20,7 +21,7 @@ from typing import Optional
 import tensorflow as tf
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import distribution, export, optimization
+from realformer_tf import distribution, export, optimization, outputs
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output
@@ -130,6 +131,7 @@ def run_job(job, options, log=say):
     job.log = log
     job.check_options(options)
     family.check_options(options)
+    check_output_paths(options)  # before anything is read, built or trained
     config = family.load_config(options.bert_config_file, options.max_seq_length)
     strategy, float16 = setup_strategy(options)
     out_dir = worker_output_dir(options.output_dir, strategy)  # options.output_dir on the chief
@@ -142,25 +144,35 @@ def run_job(job, options, log=say):
     job.check_inputs(options, family, config)
     if options.init_checkpoint:
         ckpt.resolve_checkpoint(options.init_checkpoint)  # fail now, not after set-up
-    claim_output_dir(options.output_dir, config, {**job.run_identity(options), **family.run_identity(options)})
-    num_train_steps, num_warmup_steps = job.prepare(options, family, config, out_dir)
-    trainer, resumed = start_trainer(job.make_task(family, config, options), strategy, options,
-                                     num_train_steps, num_warmup_steps, float16, log)
-    job.after_restore(trainer, resumed, options)
-    with job.reading_inputs():
-        if options.do_train:
-            trainer.train(family.adapt_dataset_fn(job.train_dataset_fn(options), config, options),
-                          num_train_steps, summary_dir=os.path.join(out_dir, "summaries", "train"), log_fn=log)
-            prefix = family.save_final_checkpoint(trainer.model, out_dir, config)
-            log(f"Checkpoint under the original variable names: {prefix}")
-        job.evaluate(trainer, options, family, config, out_dir)
-    if options.export_dir and trainer.is_chief:
-        path = job.export(options, family, config, out_dir)
-        log(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task=job.kind)}")
+    identity = {**job.run_identity(options), **family.run_identity(options)}
+    with take_output_dir(options.output_dir, strategy, config, identity, log):  # released on errors too
+        num_train_steps, num_warmup_steps = job.prepare(options, family, config, out_dir)
+        trainer, resumed = start_trainer(job.make_task(family, config, options), strategy, options,
+                                         num_train_steps, num_warmup_steps, float16, log)
+        job.after_restore(trainer, resumed, options)
+        with job.reading_inputs():
+            if options.do_train:
+                trainer.train(family.adapt_dataset_fn(job.train_dataset_fn(options), config, options),
+                              num_train_steps, summary_dir=os.path.join(out_dir, "summaries", "train"), log_fn=log)
+                prefix = family.save_final_checkpoint(trainer.model, out_dir, config)
+                log(f"Checkpoint under the original variable names: {prefix}")
+            job.evaluate(trainer, options, family, config, out_dir)
+        if options.export_dir and trainer.is_chief:
+            path = job.export(options, family, config, out_dir)
+            log(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task=job.kind)}")
     return trainer
 
 
 # -- the steps ----------------------------------------------------------------------------
+def check_output_paths(options):
+    """--output_dir and --export_dir can be written (folders, creatable, writable):
+    checked before the run reads its inputs, so a bad path is not found after training."""
+    require(options.output_dir, "--output_dir is required")
+    outputs.check_output_dir(options.output_dir, "--output_dir")
+    if options.export_dir:
+        outputs.check_output_dir(options.export_dir, "--export_dir")
+
+
 def setup_strategy(options):
     """Seeds, the mixed-precision policy and the tf.distribute strategy the options
     name. Returns (strategy, whether float16 loss scaling is needed)."""
@@ -187,7 +199,7 @@ def worker_output_dir(output_dir, strategy):
     if is_chief(strategy):
         return output_dir
     path = worker_scratch_dir(output_dir, strategy)
-    tf.io.gfile.makedirs(path)
+    outputs.makedirs(path, "--output_dir")
     return path
 
 
@@ -198,10 +210,34 @@ def per_replica(strategy, batch_size, name):
         raise UsageError(str(e)) from None
 
 
-def claim_output_dir(output_dir, config, identity):
+def take_output_dir(output_dir, strategy, config, identity, log=say):
+    """The chief locks output_dir (`outputs.OutputDirLock`: a second run into it ends
+    with an error naming this one) and claims it (`claim_output_dir`); other workers of
+    a multi-worker run only check the claim, since only the chief writes to output_dir.
+    Returns a context manager that releases the lock (a no-op on other workers).
+
+    Raises:
+        outputs.OutputDirInUseError: another run holds output_dir.
+        UsageError: output_dir holds another model's checkpoints.
+    """
+    if not is_chief(strategy):
+        claim_output_dir(output_dir, config, identity, write=False)
+        return contextlib.nullcontext()
+    lock = outputs.OutputDirLock(output_dir, log).acquire()
+    try:
+        claim_output_dir(output_dir, config, identity)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def claim_output_dir(output_dir, config, identity, write=True):
     """Records the run's config and identity in output_dir; a rerun with another one is
-    refused (it would resume another model's checkpoints)."""
-    tf.io.gfile.makedirs(output_dir)
+    refused (it would resume another model's checkpoints). With write=False (a
+    non-chief worker) only the refusal is checked and nothing is written."""
+    if write:
+        outputs.makedirs(output_dir, "--output_dir")
     path = os.path.join(output_dir, "run_config.json")
     current = {"bert_config": config.to_dict(), **identity}
     if tf.io.gfile.exists(path):
@@ -215,7 +251,7 @@ def claim_output_dir(output_dir, config, identity):
     elif tf.train.latest_checkpoint(output_dir):
         raise UsageError(f"--output_dir={output_dir} already holds checkpoints that were not written by "
                          "this tool for this config; use an empty --output_dir")
-    else:
+    elif write:
         with atomic_output(path) as f:
             json.dump(current, f, indent=2, sort_keys=True)
 

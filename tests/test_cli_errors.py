@@ -76,6 +76,13 @@ def _create_data(f, tmp, **overrides):
     return ["create_pretraining_data.py", *h.flags(**values)]
 
 
+def _convert(f, tmp, **overrides):
+    values = dict(bert_config_file=f["config"], input_checkpoint=os.path.join(tmp, "nope", "ckpt-1"),
+                  output_checkpoint=os.path.join(tmp, "out", "bert_model.ckpt"))
+    values.update(overrides)
+    return ["convert_checkpoint.py", *h.flags(**values)]
+
+
 # (id, command builder, {flag: files key or literal}, substrings the error line must contain)
 CASES = [
     ("config-missing", _pretraining, dict(bert_config_file="@dir/nope/bert_config.json"),
@@ -112,6 +119,14 @@ CASES = [
      ["@latin1", "not UTF-8", "line 1"]),
     ("vocab-without-cls", _create_data, dict(vocab_file="@vocab_no_cls"),
      ["@vocab_no_cls", "[CLS]"]),
+    # Output paths are checked before anything is read or trained (tests/test_output_paths.py).
+    ("output-dir-is-a-file", _pretraining, dict(output_dir="@config"), ["--output_dir=", "@config", "is a file"]),
+    ("export-dir-is-a-file", _classifier, dict(export_dir="@config", num_train_epochs=100),
+     ["--export_dir=", "@config", "is a file"]),
+    ("convert-output-under-a-file", _convert, dict(output_checkpoint="@config/bert_model.ckpt"),
+     ["--output_checkpoint=", "@config/bert_model.ckpt", "is a file"]),
+    ("create-data-output-under-a-file", _create_data, dict(output_file="@config/out.tfrecord"),
+     ["--output_file=", "@config/out.tfrecord", "is a file"]),
 ]
 
 
