@@ -26,8 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is impor
 
 from absl import app, flags
 
-from realformer_tf import cli, convert, hf_checkpoint, outputs
-from realformer_tf.config import BertConfig
+from realformer_tf import cli, convert, hf_checkpoint, outputs, variant_evidence
+from realformer_tf.families import MODEL_TYPES, get_family
 
 flags.DEFINE_string("bert_config_file", None,
                     "The model's bert_config.json (default: a Hugging Face input folder's config.json).")
@@ -40,6 +40,11 @@ flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
                   "checkpoint: original-named TF1 checkpoint; hf: Hugging Face folder.")
 flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.")
 flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).")
+flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")
+flags.DEFINE_bool("hf_allow_variant", False,
+                  "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
+                  "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
+                  "refuses and only realformer_tf reads (default: refused).")
 
 
 def main(argv):
@@ -54,13 +59,19 @@ def main(argv):
         config_file = f.input_checkpoint
     cli.require(config_file, "--bert_config_file is required (unless --input_checkpoint is a "
                 "Hugging Face folder with config.json)")
-    config = BertConfig.from_json_file(config_file)
-    print(config.describe())
-    if f.output_format == "hf" and convert.hf_warning(config):
-        print(convert.hf_warning(config), flush=True)
+    family = get_family(f.model_type)
+    config = family.load_config(config_file)
+    # A config without residual_attention: the weights decide (one line) or an error.
+    config = variant_evidence.resolve(family, config, f.input_checkpoint,
+                                      source=f"--bert_config_file={config_file}", log=print)
+    print(config.describe(), flush=True)
+    if f.output_format == "hf":
+        hf_checkpoint.check_exportable(config, f.output_checkpoint, f.hf_allow_variant)
+        if convert.hf_warning(config):
+            print(convert.hf_warning(config), flush=True)
     source, written = convert.convert(
-        config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format
-    )
+        config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format,
+        family=family, allow_variant=f.hf_allow_variant)
     print(f"Converted {source} -> {written}")
 
 

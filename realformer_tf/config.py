@@ -58,6 +58,12 @@ class JsonConfig:
 
     file_description = "config file"
     ignored_fields = ()  # keys accepted and dropped (released configs' unused extras)
+    # Not a field: False for a config read (from_dict / from_json_file) from a file that
+    # omits residual_attention. Google BERT and RealFormer releases ship the same
+    # eleven-field file, so the omission says nothing; `variant_evidence` then decides
+    # from the weights when weights are loaded. The Python constructor's default (true)
+    # counts as stated.
+    residual_attention_stated = True
 
     @classmethod
     def from_json_file(cls, path):
@@ -114,10 +120,12 @@ class JsonConfig:
 class BertConfig(JsonConfig):
     """Configuration of a BERT / RealFormer / NormFormer encoder.
 
-    The first eleven fields are the original BERT ones, with its defaults. An official
-    RealFormer config has none of the extra fields and loads as RealFormer
-    (`residual_attention` defaults to true); a vanilla BERT config needs
-    `"residual_attention": false`.
+    The first eleven fields are the original BERT ones, with its defaults. Google BERT
+    and RealFormer releases both ship just those eleven: a file without
+    `residual_attention` leaves it unstated (`residual_attention_stated` False; the
+    value meanwhile is the default, true), and loading weights then decides it from them
+    (`realformer_tf.variant_evidence`) or asks to state it. Training from scratch keeps
+    the default (RealFormer). Every file this package writes states it.
     """
 
     file_description = "bert_config_file"
@@ -172,9 +180,11 @@ class BertConfig(JsonConfig):
         if "vocab_size" not in values:
             raise ConfigError(f"{source}: the required field vocab_size is missing")
         try:
-            return cls(**values)
+            config = cls(**values)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
+        config.residual_attention_stated = "residual_attention" in values
+        return config
 
     def describe(self):
         """One line that names the variant, e.g. for the first lines of every script."""

@@ -9,44 +9,56 @@ Every input is read by the model's own loader (`load_bert_checkpoint`) and writt
 its own writer, so a conversion checks names and shapes exactly as loading does.
 """
 
-from realformer_tf import hf_checkpoint, modeling
+from realformer_tf import hf_checkpoint, variant_evidence
 from realformer_tf.checkpoint import CheckpointError, is_object_based, list_checkpoint, resolve_checkpoint
+from realformer_tf.errors import UsageError
+from realformer_tf.families import KINDS, get_family
 
-TASK_MODELS = ("pretraining", "classifier", "squad", "encoder")
+TASK_MODELS = KINDS  # pretraining, classifier, squad, encoder
 OUTPUT_FORMATS = ("checkpoint", "hf")
 
-def build_model(config, task, num_labels=2):
-    if task == "pretraining":
-        return modeling.BertPretrainingModel(config)
-    if task == "classifier":
-        return modeling.BertClassifierModel(config, num_labels=num_labels)
-    if task == "squad":
-        return modeling.BertSquadModel(config)
-    if task == "encoder":
-        return modeling.BertModel(config)
-    raise ValueError(f"task {task!r} is not one of {', '.join(TASK_MODELS)}")
 
-def convert(config, source, output, task, num_labels=2, output_format="checkpoint"):
+def build_model(config, task, num_labels=2, family=None):
+    """The `task` model of `family` (default BERT), as every job builds it."""
+    family = family or get_family("bert")
+    if task not in TASK_MODELS:
+        raise ValueError(f"task {task!r} is not one of {', '.join(TASK_MODELS)}")
+    return family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
+
+
+def convert(config, source, output, task, num_labels=2, output_format="checkpoint", family=None,
+            allow_variant=False, log=None):
     """Loads `source` (a training checkpoint prefix or directory, an original-named
-    checkpoint, or a Hugging Face folder) into a `task` model and writes it as an
-    original-named checkpoint at prefix `output` (output_format "checkpoint") or as a
-    Hugging Face folder `output` ("hf"). Returns (what was read, what was written).
+    checkpoint, or a Hugging Face folder) into a `task` model of `family` (default
+    BERT; ETC too) and writes it as an original-named checkpoint at prefix `output`
+    (output_format "checkpoint") or as a Hugging Face folder `output` ("hf", BERT only;
+    `allow_variant`: see `hf_checkpoint.save_hf_folder`). A config that does not state
+    residual_attention is decided from the weights first (`variant_evidence`; one line
+    to `log`). Returns (what was read, what was written).
 
     Raises:
         CheckpointError when `source` already is an original-named checkpoint and the
         output is one too (nothing to convert), or when it does not fit `config`.
+        VariantExportError for a Hugging Face folder of a variant without allow_variant.
     """
+    family = family or get_family("bert")
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+    if output_format == "hf" and family.name != "bert":
+        raise UsageError(f"--output_format=hf writes BERT folders; a {family.name} model is converted "
+                         "to --output_format=checkpoint only")
     prefix = resolve_checkpoint(source)
     already_original = not hf_checkpoint.is_hf_folder(prefix) and not is_object_based(list_checkpoint(prefix))
     if output_format == "checkpoint" and already_original:
         raise CheckpointError(f"{prefix} already uses the original names; use it as it is")
-    model = build_model(config, task, num_labels)
-    read = model.load_bert_checkpoint(prefix)
+    config = variant_evidence.resolve(family, config, prefix, log=log)
     if output_format == "hf":
-        return read, model.save_hf_folder(output)
-    return read, model.save_bert_checkpoint(output)
+        hf_checkpoint.check_exportable(config, output, allow_variant)  # before anything is built
+    model = build_model(config, task, num_labels, family)
+    read = family.load_checkpoint(model, prefix)
+    if output_format == "hf":
+        return read, model.save_hf_folder(output, allow_variant=allow_variant)
+    return read, family.save_checkpoint(model, output)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):
     """A training checkpoint -> an original-named one (see `convert`)."""
@@ -58,6 +70,6 @@ def hf_warning(config):
     if hf_checkpoint.stock_transformers_computes(config):
         return None
     return (f"warning: {config.describe()} is not vanilla post-LN BERT. Stock Hugging Face "
-            "transformers will load this folder but compute a different model (it ignores "
-            "residual attention / pre-LN / NormFormer); only realformer_tf reads it back "
-            "exactly (config.json carries our fields).")
+            "transformers computes only that; the folder is written with model_type "
+            f"{hf_checkpoint.VARIANT_MODEL_TYPE!r}, which transformers refuses; only realformer_tf reads it "
+            "back exactly (config.json carries our fields).")

@@ -17,6 +17,7 @@ import dataclasses
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import etc_checkpoint
@@ -122,6 +123,12 @@ class EtcConfig(JsonConfig):
         if isinstance(values, dict) and "layout" not in values:
             official = any(key in values for key in _OFFICIAL_ONLY_FIELDS)
             values = dict(values, layout="official" if official else "realformer_tf")
+        if isinstance(values, dict) and values.get("layout") == "official" and "residual_attention" not in values:
+            # google-research etcmodel has no residual attention: an official-layout file
+            # that does not state it is plain ETC (files this package writes state it).
+            values = dict(values, residual_attention=False)
+            logging.info("%s: official ETC layout without residual_attention: plain ETC (residual "
+                         "attention off); state it in the file to choose", source)
         return BertConfig.from_dict.__func__(cls, values, source)
 
     @property
@@ -403,6 +410,11 @@ class _EtcCheckpointIO:
         of ours), or an official ETC checkpoint (recognized by its `etc_document_bert/`
         names; needs a config in the official layout); `skip_heads` loads the encoder
         only. Raises CheckpointError naming any missing, unexpected or mis-shaped weight."""
+        if not getattr(self.config, "residual_attention_stated", True):
+            from realformer_tf import variant_evidence
+            from realformer_tf.families import get_family
+
+            variant_evidence.check_loaded_model(self, get_family("etc"), ckpt.resolve_checkpoint(prefix))
         if etc_checkpoint.has_official_names(prefix):
             return etc_checkpoint.load_official(self, prefix, skip_heads=skip_heads)
         owned = ("etc/",) + (() if skip_heads else tuple(self._head_prefixes))

@@ -75,7 +75,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import require_tensorflow_backend
+from realformer_tf import require_tensorflow_backend, variant_evidence
 from realformer_tf.data.records import InputError
 from realformer_tf.errors import UsageError
 from realformer_tf.families import get_family
@@ -594,6 +594,9 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     if config is None:
         config = bert_config if isinstance(bert_config, family.config_class) else family.load_config(bert_config)
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
+    # A config file without residual_attention: the weights decide (one line) or an error.
+    config = variant_evidence.resolve(family, config, prefix, source=f"--bert_config_file={bert_config}" if isinstance(bert_config, str) else "the config",
+                                      log=lambda line: print(line, flush=True))
     task = task or infer_task(prefix, family)
     if task not in TASKS:
         raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")

@@ -25,6 +25,11 @@ from realformer_tf.config import BertConfig, ConfigError
 from realformer_tf.fileio import atomic_output, gfile
 
 CONFIG_NAME = "config.json"
+# model_type of the folders `save_hf_folder(..., allow_variant=True)` writes for
+# variants stock transformers cannot compute: a type transformers does not know, so
+# that AutoModel / AutoConfig refuse the folder instead of computing plain BERT.
+VARIANT_MODEL_TYPE = "realformer_bert"
+VARIANT_ARCHITECTURE_PREFIX = "RealFormerTf"
 WEIGHTS_NAME = "model.safetensors"
 LAYER_NORM_EPSILON = 1e-12  # the only value our models compute with (as BERT)
 
@@ -117,7 +122,7 @@ def _refuse(source, field, value, what_to_do):
 
 def _check_computable(values, source):
     """Refuses Hugging Face settings that change the computation in ways we lack."""
-    if values.get("model_type", "bert") != "bert":
+    if values.get("model_type", "bert") not in ("bert", VARIANT_MODEL_TYPE):
         _refuse(source, "model_type", values["model_type"], "only BERT folders (model_type bert) are read")
     if values.get("position_embedding_type", "absolute") != "absolute":
         _refuse(source, "position_embedding_type", values["position_embedding_type"],
@@ -152,6 +157,9 @@ def config_from_hf_dict(values, source="config.json"):
     if not isinstance(values, dict):
         raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
     _check_computable(values, source)
+    if values.get("model_type") == VARIANT_MODEL_TYPE and "residual_attention" not in values:
+        raise ConfigError(f"{source}: model_type {VARIANT_MODEL_TYPE} without residual_attention; "
+                          "write the folder again with realformer_tf")
     if "vocab_size" not in values:
         raise ConfigError(f"{source}: the required field vocab_size is missing")
     ours = {k: values[k] for k in _SIZE_FIELDS if k in values}
@@ -179,7 +187,24 @@ def config_to_hf_dict(config, architecture):
     )
     if not stock_transformers_computes(config):
         values.update({field: getattr(config, field) for field in _OUR_FIELDS})
+        values.update(model_type=VARIANT_MODEL_TYPE, architectures=[VARIANT_ARCHITECTURE_PREFIX + architecture])
     return values
+
+
+class VariantExportError(ConfigError):
+    """A Hugging Face export of a variant stock transformers would misread."""
+
+
+def check_exportable(config, folder, allow_variant=False):
+    """Raises VariantExportError for a variant stock transformers cannot compute,
+    unless `allow_variant` (see `save_hf_folder`)."""
+    if not stock_transformers_computes(config) and not allow_variant:
+        raise VariantExportError(
+            f"{folder}: {config.describe()} is not plain post-LN BERT, the only model stock "
+            "transformers computes: it would load the folder and compute something else. Write an "
+            "original-named checkpoint instead, or opt in (allow_variant=True; convert_checkpoint.py "
+            f"--hf_allow_variant) to a folder with model_type {VARIANT_MODEL_TYPE!r} that transformers "
+            "refuses and only realformer_tf reads")
 
 
 def stock_transformers_computes(config):
@@ -324,32 +349,38 @@ def hf_tensors(model):
     return tensors
 
 
-def save_hf_folder(model, folder):
+def save_hf_folder(model, folder, allow_variant=False):
     """Writes `model` as a Hugging Face folder: config.json + model.safetensors.
 
     Vanilla post-LN BERT configs give what `transformers` loads and computes exactly
     (hidden_act translated: our tanh "gelu" -> "gelu_new", "gelu_exact" -> "gelu").
-    Residual attention, pre-LN and NormFormer are written too, with their extra weights
-    under the same naming scheme and our config fields in config.json; a warning says
-    that stock transformers would load them without computing them (only this package
-    reads them back correctly).
+    Residual attention, pre-LN and NormFormer are refused: stock transformers would load
+    such a folder and compute plain BERT. With `allow_variant` they are written with
+    their extra weights under the same naming scheme, our config fields, and
+    `model_type` "realformer_bert" (architectures "RealFormerTf<class>"), which
+    transformers' Auto classes refuse; this package reads them back exactly.
 
     Args:
         model: a BertModel, BertPretrainingModel, BertClassifierModel or BertSquadModel.
         folder: the output directory (created; files replaced atomically).
+        allow_variant: write a variant stock transformers cannot compute (see above).
 
     Returns:
         `folder`.
+
+    Raises:
+        VariantExportError: a variant without `allow_variant`.
     """
+    check_exportable(model.config, folder, allow_variant)
     config = config_to_hf_dict(model.config, model.hf_architecture)
     if model.hf_architecture == "BertForSequenceClassification":
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
         config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
     if not stock_transformers_computes(model.config):
         logging.warning(
-            "%s: %s is not vanilla post-LN BERT; stock transformers would load this folder "
-            "but compute something else. config.json carries our fields (%s) so that "
-            "realformer_tf reads it back exactly.", folder, model.config.describe(),
+            "%s: %s is not vanilla post-LN BERT; written with model_type %s, which stock "
+            "transformers refuses; config.json carries our fields (%s) so that realformer_tf "
+            "reads it back exactly.", folder, model.config.describe(), VARIANT_MODEL_TYPE,
             ", ".join(_OUR_FIELDS))
     tensors = hf_tensors(model)
     gfile().makedirs(folder)

@@ -23,6 +23,12 @@ from realformer_tf.layers.heads import BertLogits, MaskedLMHead
 
 # google-research/bert's module functions (README "Porting code from google-research/bert").
 from realformer_tf.bert_compat import (  # noqa: F401,E402  (public)
+    assert_rank, attention_layer, create_attention_mask_from_input_mask, create_initializer,
+    dropout, embedding_lookup, embedding_postprocessor, function_variables, gelu, get_activation,
+    get_assignment_map_from_checkpoint, get_shape_list, layer_norm, layer_norm_and_dropout,
+    realformer_model, reshape_from_matrix, reshape_to_matrix, residual_attention_layer,
+    transformer_model,
+)
 
 LAYER_NORM_EPSILON = 1e-12
 
@@ -71,6 +77,12 @@ class _BertCheckpointIO:
         (fine-tuning from a pretraining checkpoint). Raises CheckpointError naming any
         missing, unexpected or mis-shaped variable.
         """
+        if not getattr(self.config, "residual_attention_stated", True):
+            # A config file without residual_attention: the weights decide (or an error).
+            from realformer_tf import variant_evidence
+            from realformer_tf.families import get_family
+
+            variant_evidence.check_loaded_model(self, get_family("bert"), ckpt.resolve_checkpoint(prefix))
         owned = ("bert/",) + (() if skip_heads else tuple(self._head_prefixes))
         optional = tuple(self._optional_prefixes)
         if hf_checkpoint.is_hf_folder(prefix):
@@ -87,11 +99,12 @@ class _BertCheckpointIO:
         """Writes every weight under its original BERT name (a TF1 name-based checkpoint)."""
         return ckpt.save_named_variables(prefix, self.bert_checkpoint_variables())
 
-    def save_hf_folder(self, folder):
+    def save_hf_folder(self, folder, allow_variant=False):
         """Writes a Hugging Face folder (config.json + model.safetensors) that
-        `transformers.<hf_architecture>.from_pretrained` reads; see
-        `hf_checkpoint.save_hf_folder` for the variants stock transformers cannot compute."""
-        return hf_checkpoint.save_hf_folder(self, folder)
+        `transformers.<hf_architecture>.from_pretrained` reads; variants stock
+        transformers cannot compute are refused unless `allow_variant` (see
+        `hf_checkpoint.save_hf_folder`)."""
+        return hf_checkpoint.save_hf_folder(self, folder, allow_variant=allow_variant)
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")

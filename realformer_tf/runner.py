@@ -21,7 +21,7 @@ from typing import Optional
 import tensorflow as tf
 
 from realformer_tf import checkpoint as ckpt
-from realformer_tf import distribution, export, optimization, outputs
+from realformer_tf import distribution, export, optimization, outputs, variant_evidence
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output
@@ -83,6 +83,12 @@ class Job:
     def check_options(self, options):
         """Flag combinations, before anything is read or written."""
 
+    def evidence_examples(self, options, family, config):
+        """A few of the run's own examples (`variant_evidence.Examples`) on which the
+        init checkpoint's masked-LM head tells whether it was trained with residual
+        attention, when the config does not state it; None: a deterministic sample."""
+        return None
+
     def batch_size_names(self, options):
         """The batch-size options this run uses (each must divide by the replicas)."""
         return ()
@@ -133,6 +139,7 @@ def run_job(job, options, log=say):
     family.check_options(options)
     check_output_paths(options)  # before anything is read, built or trained
     config = family.load_config(options.bert_config_file, options.max_seq_length)
+    config = resolve_variant(job, family, config, options, log)
     strategy, float16 = setup_strategy(options)
     out_dir = worker_output_dir(options.output_dir, strategy)  # options.output_dir on the chief
     announce(config, strategy, options, log)
@@ -183,6 +190,21 @@ def setup_strategy(options):
     float16 = distribution.set_mixed_precision(options.mixed_precision)
     strategy = distribution.strategy_from_options(options)  # TPU problems: one error within tpu_timeout_s
     return strategy, float16
+
+
+def resolve_variant(job, family, config, options, log=say):
+    """The config with residual_attention decided from --init_checkpoint's weights when
+    the config file does not state it (one line with the evidence; see
+    `variant_evidence`); as it is when stated or when training from scratch (the
+    default, announced by the first line)."""
+    if variant_evidence.is_stated(config) or not options.init_checkpoint:
+        return config
+    try:
+        examples = job.evidence_examples(options, family, config)
+    except (OSError, ValueError, KeyError, tf.errors.OpError):
+        examples = None  # unreadable inputs are reported by check_inputs; use the sample
+    return variant_evidence.resolve(family, config, options.init_checkpoint, examples, options,
+                                    source=f"--bert_config_file={options.bert_config_file}", log=log)
 
 
 def announce(config, strategy, options, log=say):

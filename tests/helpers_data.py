@@ -54,11 +54,13 @@ def write_text(path, num_docs=6, sentences_per_doc=8, seed=0):
 
 
 def tiny_config_dict(**overrides):
+    """BERT's eleven fields plus residual_attention (stated: a file without it makes
+    loading weights decide from them; see test_variant_evidence)."""
     config = dict(
         vocab_size=vocab_size(), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=32, hidden_act="gelu", hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1, max_position_embeddings=64, type_vocab_size=2,
-        initializer_range=0.02,
+        initializer_range=0.02, residual_attention=True,
     )
     config.update(overrides)
     return config
@@ -69,7 +71,7 @@ def tiny_etc_config_dict(**overrides):
     config = dict(
         vocab_size=vocab_size(), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-        local_radius=4, relative_pos_max_distance=3, relative_vocab_size=10)
+        local_radius=4, relative_pos_max_distance=3, relative_vocab_size=10, residual_attention=True)
     config.update(overrides)
     return config
 

@@ -269,7 +269,7 @@ def test_official_config_fields_and_layout(tmp_path):
     config, _ = official_model(tmp_path, OFFICIAL_A)
     assert config.layout == "official" and config.layer_norm_type == "pre"
     assert config.embedding_size == 10 and config.grad_checkpointing_period == 1
-    assert config.residual_attention  # RealFormer unless the file says otherwise
+    assert not config.residual_attention  # official etcmodel: plain ETC unless the file says otherwise
     ours = etc_modeling.EtcConfig(vocab_size=10)
     assert ours.layout == "realformer_tf"
     assert etc_modeling.EtcConfig.from_dict({"vocab_size": 10}).layout == "realformer_tf"

@@ -11,7 +11,7 @@ from official.nlp.tools import tokenization
 from scipy import stats
 from sklearn import metrics as skm
 
-from realformer_tf import export, runner
+from realformer_tf import export, runner, variant_evidence
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.errors import UsageError, require
@@ -138,6 +138,14 @@ class ClassifierJob(runner.Job):
 
     def batch_size_names(self, options):
         return ("train_batch_size", "eval_batch_size", "predict_batch_size")
+
+    def evidence_examples(self, options, family, config):
+        """A few examples of the first split the run reads, 15% of their tokens masked."""
+        split = "train" if options.do_train else ("dev" if options.do_eval else "test")
+        examples = glue.read_examples(self.task_name, options.data_dir, split)[:variant_evidence.NUM_EXAMPLES]
+        tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file, do_lower_case=options.do_lower_case)
+        return variant_evidence.from_texts([(e.text_a, e.text_b) for e in examples], tokenizer,
+                                           options.max_seq_length, f"{split} examples of --data_dir")
 
     def check_inputs(self, options, family, config):
         check_vocab(options.vocab_file)

@@ -7,7 +7,9 @@ from typing import Optional
 
 import tensorflow as tf
 
-from realformer_tf import runner
+import numpy as np
+
+from realformer_tf import runner, variant_evidence
 from realformer_tf.data import integrity
 from realformer_tf.data import pretraining as data
 from realformer_tf.errors import require
@@ -83,6 +85,18 @@ class PretrainingJob(runner.Job):
 
     def batch_size_names(self, options):
         return [n for n, on in (("train_batch_size", options.do_train), ("eval_batch_size", options.do_eval)) if on]
+
+    def evidence_examples(self, options, family, config):
+        """The first records of --input_file, with their own masked positions."""
+        files = data.expand_input_files(options.input_file)
+        spec = data.feature_spec(options.max_seq_length, options.max_predictions_per_seq)
+        rows = [tf.io.parse_single_example(r, spec)
+                for r in tf.data.TFRecordDataset(files[:1]).take(variant_evidence.NUM_EXAMPLES)]
+        if not rows:
+            return None
+        batch = {k: np.stack([r[k].numpy() for r in rows]).astype(np.float32 if k == "masked_lm_weights" else np.int32)
+                 for k in spec if k != "next_sentence_labels"}
+        return variant_evidence.Examples(batch, f"{len(rows)} records of --input_file")
 
     def check_inputs(self, options, family, config):
         self.files = data.check_files(options.input_file, options.max_seq_length, options.max_predictions_per_seq)

@@ -19,7 +19,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from realformer_tf import export, runner
+from realformer_tf import export, runner, variant_evidence
 from realformer_tf.data import records
 from realformer_tf.data import squad as data
 from realformer_tf.errors import require
@@ -113,6 +113,16 @@ class SquadJob(runner.Job):
     def batch_size_names(self, options):
         return [n for n, on in (("train_batch_size", options.do_train),
                                 ("predict_batch_size", options.do_predict)) if on]
+
+    def evidence_examples(self, options, family, config):
+        """A few questions with their contexts, 15% of their tokens masked."""
+        o, v2 = options, options.version_2_with_negative
+        path, flag, training = ((o.train_file, "train_file", True) if o.do_train
+                                else (o.predict_file, "predict_file", False))
+        examples = data.read_examples(data.load_squad_file(path, flag, training, v2), training, v2)
+        tokenizer = data.make_tokenizer(o.vocab_file, o.do_lower_case, config.vocab_size)
+        texts = [(e.question_text, " ".join(e.doc_tokens)) for e in examples[:variant_evidence.NUM_EXAMPLES]]
+        return variant_evidence.from_texts(texts, tokenizer, o.max_seq_length, f"questions of --{flag}")
 
     def check_inputs(self, options, family, config):
         """Reads and checks the JSON files before anything is written or trained."""
