@@ -225,6 +225,25 @@ class OutputDirLock:
             f"--output_dir={self.output_dir} is in use by another run ({describe_holder(holder)}); wait for it "
             f"to end or give another --output_dir{hint}")
 
+    def check_free(self):
+        """Raises OutputDirInUseError if another run holds the lock now; takes nothing
+        and writes nothing (a cheap early check: `acquire` decides)."""
+        if fcntl is not None and is_local(self.output_dir):
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except OSError:
+                return  # no lock file (or none readable: acquire reports it)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                raise self._in_use(_read_fd(fd)) from None
+            finally:
+                os.close(fd)  # drops the shared lock at once
+        elif gfile().exists(self.path):
+            holder = _read_json(self.path)
+            if not is_stale(holder):
+                raise self._in_use(holder, f" (if that run is no longer running, delete {self.path})")
+
     def acquire(self):
         """Takes the lock; raises OutputDirInUseError naming the run that holds it."""
         makedirs(self.output_dir)

@@ -148,6 +148,8 @@ def run_job(job, options, log=say):
             log(line)
     for name in job.batch_size_names(options):
         per_replica(strategy, getattr(options, name), name)
+    if is_chief(strategy):
+        outputs.OutputDirLock(options.output_dir).check_free()  # before the inputs are read through
     job.check_inputs(options, family, config)
     if options.init_checkpoint:
         ckpt.resolve_checkpoint(options.init_checkpoint)  # fail now, not after set-up

@@ -115,12 +115,15 @@ def test_lock_is_exclusive_names_its_holder_and_is_released(tmp_path):
     with OutputDirLock(out) as lock:
         info = json.loads(open(lock.path).read())
         assert info["pid"] == os.getpid() and info["host"] == socket.gethostname()
+        with pytest.raises(OutputDirInUseError, match=rf"pid {os.getpid()}"):
+            OutputDirLock(out).check_free()
         with pytest.raises(OutputDirInUseError) as e:
             OutputDirLock(out).acquire()
         message = str(e.value)
         assert f"--output_dir={out} is in use by another run" in message
         assert f"host {socket.gethostname()}, pid {os.getpid()}, started {info['started']}" in message
     assert not os.path.exists(os.path.join(out, outputs.LOCK_FILE))
+    OutputDirLock(out).check_free()
     OutputDirLock(out).acquire().release()  # free again
 
 
@@ -165,6 +168,7 @@ def test_second_run_into_a_used_output_dir_ends_with_one_line_naming_the_first(t
 
     # The holder was killed (kill -9): its lock is stale and the next run takes it over.
     lines = []
+    OutputDirLock(out).check_free()  # a killed run's lock file does not count as held
     lock = OutputDirLock(out, log=lines.append).acquire()
     lock.release()
     assert len(lines) == 1 and "Taking over" in lines[0] and f"pid {holder.pid}" in lines[0], lines
@@ -201,6 +205,8 @@ def test_lock_on_other_file_systems(tmp_path):
     write({"host": "another-host", "pid": 1, "started": "earlier"})
     with pytest.raises(OutputDirInUseError, match=r"host another-host, pid 1, .*delete ram://locks/out/run.lock"):
         OutputDirLock(out).acquire()
+    with pytest.raises(OutputDirInUseError, match=r"host another-host"):
+        OutputDirLock(out).check_free()
     # A lock left by an earlier process that had this process's pid (a restarted container).
     write({"host": socket.gethostname(), "pid": os.getpid(), "started": "earlier", "token": "old"})
     OutputDirLock(out, log=lines.append).acquire().release()
