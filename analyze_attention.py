@@ -20,6 +20,8 @@ jsd_heads.png (one violin per head). Entropies are in nats, JSD in bits (base 2,
 
 import os
 
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
 from absl import app, flags
 
 from realformer_tf import cli

@@ -1,80 +1,10 @@
-"""Converts between the checkpoint formats the models read: a training checkpoint of
-run_pretraining/run_classifier/run_squad (e.g. output_dir/ckpt-2000, or output_dir for
-the latest), an original-named BERT checkpoint, and a Hugging Face BERT folder
-(config.json + model.safetensors).
+"""Converts between the checkpoint formats the models read (training checkpoints,
+original-named BERT checkpoints, Hugging Face BERT folders).
 
-  # training checkpoint -> original-named checkpoint (for the original scripts, BERT tools)
-  python convert_checkpoint.py --bert_config_file=out/bert_config.json \
-    --input_checkpoint=out/ckpt-2000 --output_checkpoint=/tmp/bert_model.ckpt --task=pretraining
+A thin wrapper: the program is realformer_tf/app/convert_checkpoint.py (installed as a console
+script too, see pyproject.toml); `python convert_checkpoint.py --helpfull` lists its flags."""
 
-  # Hugging Face folder -> original-named checkpoint (its config.json is the config)
-  python convert_checkpoint.py --input_checkpoint=/models/bert-base-uncased \
-    --output_checkpoint=/tmp/bert_model.ckpt --task=pretraining
-
-  # any of them -> Hugging Face folder
-  python convert_checkpoint.py --bert_config_file=$BERT_BASE_DIR/bert_config.json \
-    --input_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --output_checkpoint=/tmp/hf_bert \
-    --output_format=hf --task=pretraining
-
-(Every script also takes an original-named checkpoint or a Hugging Face folder directly
-as --init_checkpoint.)
-"""
-
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
-
-from absl import app, flags
-
-from realformer_tf import cli, convert, hf_checkpoint, outputs, variant_evidence
-from realformer_tf.families import MODEL_TYPES, get_family
-
-flags.DEFINE_string("bert_config_file", None,
-                    "The model's bert_config.json (default: a Hugging Face input folder's config.json).")
-flags.DEFINE_string("input_checkpoint", None,
-                    "Training checkpoint prefix or its directory (latest), an original-named "
-                    "checkpoint, or a Hugging Face BERT folder.")
-flags.DEFINE_string("output_checkpoint", None,
-                    "Prefix of the original-named checkpoint, or the Hugging Face folder, to write.")
-flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
-                  "checkpoint: original-named TF1 checkpoint; hf: Hugging Face folder.")
-flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.")
-flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).")
-flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")
-flags.DEFINE_bool("hf_allow_variant", False,
-                  "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
-                  "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
-                  "refuses and only realformer_tf reads (default: refused).")
-
-
-def main(argv):
-    del argv
-    f = flags.FLAGS
-    if f.output_format == "hf":  # a folder
-        outputs.check_output_dir(f.output_checkpoint, "--output_checkpoint")
-    else:  # prefix.index, prefix.data-*
-        outputs.check_output_prefix(f.output_checkpoint, "--output_checkpoint")
-    config_file = f.bert_config_file
-    if config_file is None and hf_checkpoint.is_hf_folder(f.input_checkpoint):
-        config_file = f.input_checkpoint
-    cli.require(config_file, "--bert_config_file is required (unless --input_checkpoint is a "
-                "Hugging Face folder with config.json)")
-    family = get_family(f.model_type)
-    config = family.load_config(config_file)
-    # A config without residual_attention: the weights decide (one line) or an error.
-    config = variant_evidence.resolve(family, config, f.input_checkpoint,
-                                      source=f"--bert_config_file={config_file}", log=print)
-    print(config.describe(), flush=True)
-    if f.output_format == "hf":
-        hf_checkpoint.check_exportable(config, f.output_checkpoint, f.hf_allow_variant)
-        if convert.hf_warning(config):
-            print(convert.hf_warning(config), flush=True)
-    source, written = convert.convert(
-        config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format,
-        family=family, allow_variant=f.hf_allow_variant)
-    print(f"Converted {source} -> {written}")
-
+import realformer_tf_launch
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input_checkpoint", "output_checkpoint"])
-    app.run(cli.run(main))
+    realformer_tf_launch.run("convert_checkpoint")

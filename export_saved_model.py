@@ -1,92 +1,9 @@
 """Exports a fine-tuned BERT / RealFormer / NormFormer model as a SavedModel for serving.
 
-The SavedModel takes raw text (tokenized in the graph exactly as run_classifier.py /
-run_squad.py tokenize for training) or token ids, and is written in TF Serving's
-layout, `export_dir/<version>/`:
+A thin wrapper: the program is realformer_tf/app/export_saved_model.py (installed as a console
+script too, see pyproject.toml); `python export_saved_model.py --helpfull` lists its flags."""
 
-  python export_saved_model.py --task=classifier --task_name=MRPC \
-    --bert_config_file=/tmp/mrpc_output/bert_config.json \
-    --init_checkpoint=/tmp/mrpc_output/bert_model.ckpt \
-    --vocab_file=$BERT_BASE_DIR/vocab.txt --do_lower_case=True \
-    --max_seq_length=128 --export_dir=/tmp/mrpc_export
-
-Signatures: `serving_default` (text_a, text_b; empty text_b = single sentence),
-`serve_text_a` (text_a only; not for squad) and `serve_token_ids` (input_ids,
-input_mask, segment_ids). See realformer_tf/export.py.
-"""
-
-import os
-
-from absl import app, flags
-
-from realformer_tf import cli, export, outputs
-from realformer_tf.data import glue
-from realformer_tf.families import MODEL_TYPES, get_family
-from realformer_tf.runner import RunOptions
-
-flags.DEFINE_string("bert_config_file", None, "The config json file of the model.")
-flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")
-flags.DEFINE_integer("etc_tokens_per_global", 16, "ETC only: long tokens per global token, as in training.")
-flags.DEFINE_string("init_checkpoint", None,
-                    "The fine-tuned checkpoint: an original-named one (e.g. output_dir/bert_model.ckpt), "
-                    "one of our training checkpoints, or a directory (its latest checkpoint).")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file the model was trained with.")
-flags.DEFINE_bool("do_lower_case", True, "Whether the model was trained on lower-cased text.")
-flags.DEFINE_enum("task", None, export.TASKS,
-                  "The model's head; default: taken from the checkpoint (output_weights: classifier, "
-                  "cls/squad: squad, neither: encoder).")
-flags.DEFINE_string("task_name", None, "A GLUE/XNLI task (e.g. MRPC): take its labels (STS-B: regression).")
-flags.DEFINE_list("label_names", None, "Comma-separated label names, in label-id order.")
-flags.DEFINE_integer("num_labels", None, "Number of labels (names 0..n-1) when no names are given; "
-                     "default: from the checkpoint's output_weights.")
-flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated as in training.")
-flags.DEFINE_integer("max_query_length", 64, "squad: the question's WordPiece budget, as in run_squad.py.")
-flags.DEFINE_bool("pad_to_max_seq_length", False,
-                  "Pad every batch to max_seq_length (static shapes) instead of to its longest row.")
-flags.DEFINE_string("export_dir", None, "TF Serving model base directory; the model goes to export_dir/<version>.")
-flags.DEFINE_integer("version", None, "Version number (default: the next free integer under export_dir).")
-
-
-def _labels(f, task):
-    """(label_names, num_labels, is_regression) from --task_name / --label_names / --num_labels."""
-    if not f.task_name:
-        return f.label_names, f.num_labels, False
-    cli.require(task in (None, "classifier"), f"--task_name is for --task=classifier, not --task={task}")
-    cli.require(not f.label_names, "give either --task_name or --label_names, not both")
-    _, glue_task = glue.get_task(f.task_name)
-    if glue_task.is_regression:
-        return None, f.num_labels, True
-    return list(glue_task.labels), f.num_labels, False
-
-
-def main(argv):
-    del argv
-    f = flags.FLAGS
-    for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
-        cli.require(getattr(f, name), f"--{name} is required")
-    outputs.check_output_dir(f.export_dir, "--export_dir")  # before the model is built
-    family = get_family(f.model_type)
-    config = family.load_config(f.bert_config_file)
-    print(config.describe(), flush=True)
-    label_names, num_labels, is_regression = _labels(f, f.task)
-    path = export.export_from_checkpoint(
-        f.export_dir, family=family, config=config, init_checkpoint=f.init_checkpoint,
-        vocab_file=f.vocab_file, do_lower_case=f.do_lower_case,
-        task=f.task or ("classifier" if f.task_name else None),
-        num_labels=num_labels, label_names=label_names, is_regression=is_regression,
-        max_seq_length=f.max_seq_length, version=f.version, max_query_length=f.max_query_length,
-        pad_to_max_seq_length=f.pad_to_max_seq_length,
-        input_options=RunOptions(etc_tokens_per_global=f.etc_tokens_per_global, max_seq_length=f.max_seq_length))
-    info = export.read_export_info(path)
-    print(f"Exported {info['task']} model to {path}", flush=True)
-    print("Signatures: " + ", ".join(info["signatures"]), flush=True)
-    if info.get("label_names"):
-        print("Labels: " + ", ".join(info["label_names"]), flush=True)
-    print("Try it (saved_model_cli needs the tensorflow-text ops loaded, hence the python -c "
-          "wrapper; `saved_model_cli show --all --dir ...` works as is):", flush=True)
-    print("  " + export.saved_model_cli_command(path, info["task"]), flush=True)
-
+import realformer_tf_launch
 
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    app.run(cli.run(main))
+    realformer_tf_launch.run("export_saved_model")

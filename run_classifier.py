@@ -1,48 +1,9 @@
 """Fine-tunes a BERT / RealFormer / NormFormer model on GLUE or XNLI.
 
-Takes the original google-research/bert run_classifier.py flags, e.g.
+A thin wrapper: the program is realformer_tf/app/run_classifier.py (installed as a console
+script too, see pyproject.toml); `python run_classifier.py --helpfull` lists its flags."""
 
-  python run_classifier.py --task_name=MRPC --do_train=true --do_eval=true \
-    --data_dir=$GLUE_DIR/MRPC --vocab_file=$BERT_BASE_DIR/vocab.txt \
-    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
-    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=128 \
-    --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=3.0 \
-    --output_dir=/tmp/mrpc_output/
-
-Add --model_type=etc (and an ETC config as --bert_config_file) for ETC: documents of
-thousands of tokens fit one --max_seq_length.
-"""
-
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
-
-from absl import app, flags
-
-from realformer_tf import cli
-from realformer_tf.tasks.classifier import ClassifierOptions, run_classifier
-
-flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).")
-flags.DEFINE_string("task_name", None, "The name of the task to train (cola, mnli, mnli-mm, mrpc, "
-                    "xnli, sst-2, qqp, qnli, rte, wnli, sts-b).")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.")
-flags.DEFINE_bool("do_predict", False, "Whether to run the model in inference mode on the test set.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear learning rate warmup.")
-flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
-                    "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
-cli.define_model_flags()
-
-
-def main(argv):
-    del argv
-    run_classifier(cli.options(ClassifierOptions))
-
+import realformer_tf_launch
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"])
-    app.run(cli.run(main))
+    realformer_tf_launch.run("run_classifier")

@@ -1,41 +1,9 @@
 """Pretrains a BERT / RealFormer / NormFormer (or ETC) model: masked LM + next sentence.
 
-Takes the original google-research/bert run_pretraining.py flags, e.g.
+A thin wrapper: the program is realformer_tf/app/run_pretraining.py (installed as a console
+script too, see pyproject.toml); `python run_pretraining.py --helpfull` lists its flags."""
 
-  python run_pretraining.py --input_file=/tmp/tf_examples.tfrecord \
-    --output_dir=/tmp/pretraining_output --do_train=True --do_eval=True \
-    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
-    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt \
-    --train_batch_size=32 --max_seq_length=128 --max_predictions_per_seq=20 \
-    --num_train_steps=20 --num_warmup_steps=10 --learning_rate=2e-5
-
-Add --model_type=etc (and an ETC config as --bert_config_file) for ETC.
-"""
-
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
-
-from absl import app, flags
-
-from realformer_tf import cli
-from realformer_tf.tasks.pretraining import PretrainingOptions, run_pretraining
-
-flags.DEFINE_string("input_file", None, "Input TF example files (can be a glob or comma separated).")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
-flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-cli.define_model_flags()
-
-
-def main(argv):
-    del argv
-    run_pretraining(cli.options(PretrainingOptions))
-
+import realformer_tf_launch
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input_file", "bert_config_file", "output_dir"])
-    app.run(cli.run(main))
+    realformer_tf_launch.run("run_pretraining")

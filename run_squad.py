@@ -1,74 +1,9 @@
 """Fine-tunes a BERT / RealFormer / NormFormer model on SQuAD v1.1 or v2.0.
 
-Takes the original google-research/bert run_squad.py flags and writes the same
-predictions.json / nbest_predictions.json (/ null_odds.json for v2.0); when the predict
-file has gold answers (dev-v1.1.json, dev-v2.0.json) it is also evaluated with the
-official SQuAD metrics into eval_results.txt. E.g.
+A thin wrapper: the program is realformer_tf/app/run_squad.py (installed as a console
+script too, see pyproject.toml); `python run_squad.py --helpfull` lists its flags."""
 
-  python run_squad.py --vocab_file=$BERT_BASE_DIR/vocab.txt \
-    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
-    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt \
-    --do_train=True --train_file=$SQUAD_DIR/train-v1.1.json \
-    --do_predict=True --predict_file=$SQUAD_DIR/dev-v1.1.json \
-    --train_batch_size=12 --learning_rate=3e-5 --num_train_epochs=2.0 \
-    --max_seq_length=384 --doc_stride=128 --output_dir=/tmp/squad_base/
-
-SQuAD v2.0: add --version_2_with_negative=True (and tune --null_score_diff_threshold with
-the best_f1_thresh that eval_results.txt reports).
-
-ETC on long documents: --model_type=etc with an ETC config and a --max_seq_length of
-thousands of tokens (one window holds a whole multi-paragraph context).
-"""
-
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
-
-from absl import app, flags
-
-from realformer_tf import cli
-from realformer_tf.tasks.squad import SquadOptions, run_squad
-
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
-flags.DEFINE_string("predict_file", None,
-                    "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
-flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
-                  "for uncased models and False for cased models.")
-flags.DEFINE_integer("doc_stride", 128, "When splitting up a long document into chunks, how much "
-                     "stride to take between chunks.")
-flags.DEFINE_integer("max_query_length", 64, "The maximum number of tokens for the question. "
-                     "Questions longer than this will be truncated to this length.")
-flags.DEFINE_bool("do_predict", False, "Whether to run prediction (and evaluation, when the "
-                  "predict file has answers).")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear learning "
-                   "rate warmup for. E.g., 0.1 = 10% of training.")
-flags.DEFINE_integer("n_best_size", 20, "The total number of n-best predictions to generate in "
-                     "the nbest_predictions.json output file.")
-flags.DEFINE_integer("max_answer_length", 30, "The maximum length of an answer that can be "
-                     "generated. This is needed because the start and end predictions are not "
-                     "conditioned on one another.")
-flags.DEFINE_bool("verbose_logging", False, "If true, all of the warnings related to data "
-                  "processing will be printed.")
-flags.DEFINE_bool("version_2_with_negative", False,
-                  "If true, the SQuAD examples contain some that do not have an answer.")
-flags.DEFINE_float("null_score_diff_threshold", 0.0,
-                   "If null_score - best_non_null is greater than the threshold predict null.")
-flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
-                    "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
-cli.define_model_flags()
-flags.FLAGS.set_default("max_seq_length", 384)
-
-
-
-def main(argv):
-    del argv
-    run_squad(cli.options(SquadOptions))
-
+import realformer_tf_launch
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["vocab_file", "bert_config_file", "output_dir"])
-    app.run(cli.run(main))
+    realformer_tf_launch.run("run_squad")

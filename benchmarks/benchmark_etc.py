@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -39,6 +39,8 @@ import statistics
 import sys
 import time
 
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark_encoder as be  # noqa: E402  (sets up TF env and sys.path)
 import numpy as np  # noqa: E402

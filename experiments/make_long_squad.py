@@ -15,6 +15,8 @@ import json
 import os
 import sys
 
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -50,6 +50,8 @@ import os
 import sys
 import time
 
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,23 +1,19 @@
 """realformer_tf: RealFormer (residual attention) and NormFormer BERT models for Keras 3.
 
-The layers, `BertModel` and its heads run on any Keras backend (`KERAS_BACKEND=
-tensorflow|jax|torch`, TensorFlow by default), also where TensorFlow is not installed;
-training scripts, tf.distribute, SavedModel export, tensorflow-text serving, TF1
-checkpoints and the ETC model need TensorFlow.
+The layers, `BertModel` and its heads run on any Keras backend, also where TensorFlow
+is not installed; training scripts, tf.distribute, SavedModel export, tensorflow-text
+serving, TF1 checkpoints and the ETC model need TensorFlow. Importing the package never
+changes which backend Keras uses (`KERAS_BACKEND`, else `~/.keras/keras.json`); the
+command-line programs pick TensorFlow themselves when the user has not set one.
 
 Importing the package registers every public layer and model with Keras
 (package "realformer_tf"), so `.keras` files load with `keras.saving.load_model` and no
 `custom_objects`.
 """
 
-import os
-
-# TensorFlow unless the user picked a backend (it must be set before Keras is imported).
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 __version__ = "0.1.0"
 
-from realformer_tf.errors import UserError  # noqa: E402  (light: no TensorFlow)
+from realformer_tf.errors import UserError  # light: no TensorFlow
 
 
 class BackendError(UserError):

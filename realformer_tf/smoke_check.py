@@ -9,6 +9,7 @@ compiled with `jit_compile=True` (XLA), so the same check runs anywhere.
 """
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -121,10 +122,27 @@ def is_tpu_strategy(strategy):
 
 def compile_mode(strategy):
     """How the replica step gets compiled: TPUs always use XLA; one CPU/GPU device
-    uses jit_compile; several GPUs run the step as a plain tf.function."""
+    uses jit_compile where this TensorFlow build can; several GPUs run the step as a
+    plain tf.function."""
     if is_tpu_strategy(strategy):
         return "XLA (TPU)"
-    return "XLA (jit_compile)" if strategy.num_replicas_in_sync == 1 else "tf.function (no XLA)"
+    if strategy.num_replicas_in_sync > 1:
+        return "tf.function (no XLA)"
+    if not host_xla_available():
+        return "tf.function (no XLA: this TensorFlow build, e.g. tensorflow-tpu, has no XLA for this device)"
+    return "XLA (jit_compile)"
+
+
+@functools.lru_cache(maxsize=None)
+def host_xla_available():
+    """Whether `jit_compile=True` works on this machine's default device. tensorflow-tpu
+    is built without XLA's CPU backend ("could not find registered transfer manager
+    for platform Host"), which matters when the check runs on a TPU VM's CPU alone."""
+    try:
+        tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0)).numpy()
+        return True
+    except (tf.errors.OpError, RuntimeError):
+        return False
 
 
 def compiled_step(trainer, replica_fn):

@@ -113,6 +113,21 @@ def test_layer_norm_gradient_sums_over_many_rows_and_threads():
     check("dbeta", dbeta, dy.astype(np.float64).sum(0), 2e-3)
 
 
+def test_zero_width_rows_give_nan_statistics_as_tensorflow():
+    """Rows of width 0: outputs are empty and rstd is NaN (0/0), as TensorFlow's ops give,
+    never uninitialized memory."""
+    library = fused_ops()
+    x = tf.zeros((4, 3, 0))
+    xhat, rstd = library.realformer_standardize(x, epsilon=EPS)
+    y, _, rstd_affine = library.realformer_layer_norm(x, tf.zeros((0,)), tf.zeros((0,)), epsilon=EPS)
+    _, rstd_gelu, _ = library.realformer_gelu_standardize(x, epsilon=EPS)
+    variance = tf.reduce_mean(tf.square(x - tf.reduce_mean(x, -1, keepdims=True)), -1, keepdims=True)
+    expected = tf.math.rsqrt(variance + EPS).numpy()
+    assert xhat.shape == y.shape == (4, 3, 0) and np.isnan(expected).all()
+    for got in (rstd, rstd_affine, rstd_gelu):
+        assert got.shape == expected.shape and np.isnan(got.numpy()).all()
+
+
 def test_bad_inputs_name_the_input():
     x = np.ones((2, 5), np.float32)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"gamma must have shape \[5\], got \[4\]"):

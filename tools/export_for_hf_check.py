@@ -9,6 +9,8 @@ tools/check_hf_export.py to compare against stock transformers:
 import os
 import sys
 
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -21,9 +21,11 @@ The ops are used only where they are safe, decided when a step is traced:
 
 `REALFORMER_TF_FUSED_KERNELS=0` turns them off everywhere. The library is built with
 the C++ compiler in `$CXX` (default `g++`) into `$REALFORMER_TF_CACHE` (default
-`~/.cache/realformer_tf`), keyed by the source, TensorFlow's version and the CPU; if
-that fails, the layers warn once and keep TensorFlow's ops (same formulas, slower;
-dropout masks come from TensorFlow's generator then).
+`~/.cache/realformer_tf`), keyed by the sources, TensorFlow's version, the compiler and
+its version, and the CPU; processes starting together build once (a file lock). If
+building or loading fails in any way (no compiler, a failed compile, a corrupt or
+foreign cached library), the layers warn once and keep TensorFlow's ops (same
+formulas, slower; dropout masks come from TensorFlow's generator then).
 
     import numpy as np
     import tensorflow as tf
@@ -37,10 +39,14 @@ dropout masks come from TensorFlow's generator then).
 """
 
 import contextlib
+import ctypes
+import fcntl
+import functools
 import hashlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -54,6 +60,11 @@ _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 _ENV_SWITCH = "REALFORMER_TF_FUSED_KERNELS"
 _lock = threading.Lock()
 _state = {"depth": 0, "library": None, "failed": False, "gradients_registered": False}
+_SCRATCH_PREFIX = ".build-"
+# Ops every build defines; a library without them is not ours (or not this version).
+_OPS = ("realformer_layer_norm", "realformer_layer_norm_grad", "realformer_standardize",
+        "realformer_standardize_grad", "realformer_gelu_standardize", "realformer_dropout",
+        "realformer_apply_adam_w")
 
 # An empty tensor for RealformerStandardizeGrad's `slope` input: no gelu to chain.
 NO_SLOPE_SHAPE = (0,)
@@ -93,29 +104,68 @@ def ops_for(x):
 
 
 def load():
-    """The op module (building the library first if needed), or None where it cannot be built."""
+    """The op module (building the library first if needed), or None where it cannot be
+    built or loaded: any failure (no compiler, a failed compile, a corrupt or foreign
+    cached library) is one warning, and the layers keep TensorFlow's ops."""
     with _lock:
         if _state["library"] is None and not _state["failed"]:
             try:
                 _state["library"] = _load_library()
-            except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+            except Exception as error:  # noqa: BLE001  (whatever breaks, the run must not)
                 _state["failed"] = True
                 logging.warning("Fused CPU kernels unavailable, using TensorFlow's ops "
-                                "(same formulas, slower): %s", error)
+                                "(same formulas, slower): %s", _first_lines(error))
         return _state["library"]
+
+
+def _first_lines(error, limit=6):
+    lines = str(error).strip().splitlines()
+    return "\n".join(lines[:limit] + (["..."] if len(lines) > limit else [])) or type(error).__name__
 
 
 def _load_library():
     import tensorflow as tf
 
     path = library_path()
-    if not path.exists():
-        _compile(path)
-    library = tf.load_op_library(str(path))
+    with _build_lock(path):
+        _remove_litter(path.parent)
+        if not path.exists():
+            _compile(path)
+    try:
+        library = tf.load_op_library(str(path))
+        missing = [op for op in _OPS if not hasattr(library, op)]
+        if missing:
+            raise RuntimeError(f"it lacks the op(s) {', '.join(missing)}")
+    except Exception as error:
+        # A half-copied file or one built for another TensorFlow: removed, so that the next
+        # process builds it anew (this one keeps TensorFlow's ops).
+        with _build_lock(path):
+            path.unlink(missing_ok=True)
+        raise RuntimeError(f"the cached library {path} does not load ({_first_lines(error, 2)}); "
+                           "removed it, the next run rebuilds it") from None
     if not _state["gradients_registered"]:  # once per process (tests may reload)
         tf.RegisterGradient("RealformerDropout")(_dropout_gradient)
         _state["gradients_registered"] = True
     return library
+
+
+@contextlib.contextmanager
+def _build_lock(path):
+    """An exclusive lock on `<library>.lock`: processes starting together build once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _remove_litter(cache):
+    """Scratch folders of builds that were killed (only the lock's holder builds, so any
+    scratch folder seen under the lock is left over)."""
+    for scratch in cache.glob(_SCRATCH_PREFIX + "*"):
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _dropout_gradient(op, dy):
@@ -150,7 +200,7 @@ def library_path():
 
     key = hashlib.sha256("\0".join([
         *(source.read_text() for source in _SOURCES + _HEADERS), tf.__version__,
-        " ".join(_compile_command([], "")),
+        " ".join(_compile_command([], "")), _compiler_version(os.environ.get("CXX", "g++")),
         platform.machine(), _cpu_signature(),
     ]).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("REALFORMER_TF_CACHE", Path.home() / ".cache" / "realformer_tf"))
@@ -160,12 +210,32 @@ def library_path():
 def _compile(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     logging.info("Compiling the fused CPU kernels for this machine into %s (once)", path)
-    # Build under a temporary name and rename: concurrent builders never load half a file.
-    with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+    # Build in a scratch folder and rename: no process ever loads half a file, and a
+    # killed build leaves only the folder, which the next build removes.
+    with tempfile.TemporaryDirectory(prefix=_SCRATCH_PREFIX, dir=path.parent) as scratch:
         partial = Path(scratch) / path.name
         result = subprocess.run(_compile_command(_SOURCES, partial), capture_output=True,
-                                text=True, timeout=600)
+                                text=True, timeout=600, preexec_fn=_die_with_parent)
         if result.returncode != 0:
             raise RuntimeError(f"compiling {', '.join(s.name for s in _SOURCES)} failed (exit {result.returncode}):\n"
                                + result.stderr[-2000:])
         os.replace(partial, path)
+
+
+def _die_with_parent():
+    """In the compiler's process: Linux ends it when the building process dies."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: a killed build's compiler then runs to its end
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(compiler):
+    """The compiler's first `--version` line (part of the cache key: another compiler,
+    another build)."""
+    try:
+        result = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"unknown ({error})"
+    return (result.stdout or result.stderr).strip().splitlines()[0] if (result.stdout or result.stderr) else "unknown"

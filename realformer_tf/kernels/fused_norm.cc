@@ -14,8 +14,10 @@
 // gelu is BERT's tanh form written as x * sigmoid(2u), u = C (x + K x^3), as in
 // realformer_tf/layers/activations.py.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kernel_common.h"
@@ -192,6 +194,12 @@ class StandardizeOp : public OpKernel {
     float* xhat_out = xhat->flat<float>().data();
     float* rstd_out = rstd->flat<float>().data();
     float* slope_out = kGelu ? slope->flat<float>().data() : nullptr;
+    if (width == 0) {
+      // Zero-width rows: their mean and variance are 0/0, NaN as with TensorFlow's ops
+      // (rstd still has one value per leading position, which must not stay uninitialized).
+      std::fill(rstd_out, rstd_out + rstd->NumElements(), std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
     const float epsilon = epsilon_;
     ForRows(ctx, rows, width, kGelu ? 30 : 8, [&](int64_t begin, int64_t end, int) {
       for (int64_t r = begin; r < end; ++r) {

@@ -1,0 +1,106 @@
+"""The package as users install and start it: the wheel in a fresh venv outside the
+repository (console scripts, their flags, one tiny pretraining, the kernel sources),
+the user's Keras backend left alone by `import realformer_tf`, the programs choosing
+TensorFlow themselves, and no CUDA error lines on a machine without a GPU."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import helpers_data as h
+
+CONSOLE_SCRIPTS = ("realformer-pretrain", "realformer-classifier", "realformer-squad", "realformer-export",
+                   "realformer-convert", "realformer-create-pretraining-data", "realformer-tpu-smoke-check")
+
+
+def _home_with_keras_json(tmp_path, backend):
+    home = tmp_path / "home"
+    (home / ".keras").mkdir(parents=True)
+    (home / ".keras" / "keras.json").write_text(json.dumps({"backend": backend}))
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "KERAS_HOME")}
+    return dict(env, HOME=str(home), PYTHONPATH=h.ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def test_import_keeps_the_users_backend(tmp_path):
+    env = _home_with_keras_json(tmp_path, "jax")
+    proc = subprocess.run([sys.executable, "-c", "import realformer_tf, keras, os; "
+                           "print(keras.backend.backend(), os.environ.get('KERAS_BACKEND'))"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["jax", "None"]
+
+
+def test_programs_choose_tensorflow_unless_the_user_set_a_backend(tmp_path):
+    """keras.json says jax, KERAS_BACKEND unset: the job runs on TensorFlow (it gets as far
+    as checking its flags). KERAS_BACKEND=jax set by the user: one BackendError line. Neither
+    prints TensorFlow's CUDA probe errors on this machine without a GPU."""
+    env = _home_with_keras_json(tmp_path, "jax")
+    args = [sys.executable, os.path.join(h.ROOT, "run_pretraining.py"), "--input_file=x",
+            "--bert_config_file=y", f"--output_dir={tmp_path / 'out'}"]
+    chosen = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert chosen.returncode == 1 and chosen.stderr.strip().splitlines() == [
+        "error: at least one of --do_train or --do_eval must be True"], chosen.stderr[-3000:]
+    explicit = subprocess.run(args, capture_output=True, text=True, env=dict(env, KERAS_BACKEND="jax"), timeout=300)
+    lines = explicit.stderr.strip().splitlines()
+    assert explicit.returncode == 1 and len(lines) == 1, explicit.stderr[-3000:]
+    assert lines[0].startswith("error: run_pretraining.py is TensorFlow only") and "KERAS_BACKEND='jax'" in lines[0]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), h.ROOT],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = out.glob("realformer_tf-*.whl")
+    return path
+
+
+def test_wheel_ships_the_launcher_and_the_kernel_sources(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "realformer_tf_launch.py" in names
+    kernel_sources = {os.path.basename(n) for n in names if n.startswith("realformer_tf/kernels/")}
+    expected = {p for p in os.listdir(os.path.join(h.ROOT, "realformer_tf", "kernels")) if p.endswith((".cc", ".h"))}
+    assert expected and expected <= kernel_sources
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert all(f"{script} = " in text for script in CONSOLE_SCRIPTS)
+
+
+@pytest.mark.slow
+def test_wheel_in_a_fresh_venv_runs_the_console_scripts(wheel, tmp_path):
+    """`pip install realformer_tf-*.whl[cpu]` into a new venv (the repository's pins as
+    constraints, so pip takes the versions it has cached), then from a folder outside the
+    repository: every console script's --helpfull, and a tiny pretraining."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python, bin_dir = str(venv / "bin" / "python"), venv / "bin"
+    install = subprocess.run([python, "-m", "pip", "install", "-q", "-c", os.path.join(h.ROOT, "requirements.txt"),
+                              f"{wheel}[cpu]"], capture_output=True, text=True, timeout=1800)
+    assert install.returncode == 0, install.stderr[-3000:]
+    check = subprocess.run([python, "-m", "pip", "check"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stdout[-3000:]
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KERAS_BACKEND")}
+    for script in CONSOLE_SCRIPTS:
+        proc = subprocess.run([str(bin_dir / script), "--helpfull"], capture_output=True, text=True,
+                              cwd=work, env=env, timeout=300)
+        assert proc.returncode == 0 and "--" in proc.stdout, f"{script}: {proc.stderr[-2000:]}"
+    records = h.write_pretraining_records(work / "train.tfrecord", 16, 16, 4)
+    config = h.write_config(work / "bert_config.json")
+    proc = subprocess.run([str(bin_dir / "realformer-pretrain"), f"--input_file={records}",
+                           f"--bert_config_file={config}", f"--output_dir={work / 'out'}", "--do_train=True",
+                           "--train_batch_size=4", "--max_seq_length=16", "--max_predictions_per_seq=4",
+                           "--num_train_steps=3", "--num_warmup_steps=1", "--save_checkpoints_steps=3",
+                           "--iterations_per_loop=3"],
+                          capture_output=True, text=True, cwd=work, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (work / "out" / "bert_model.ckpt.index").exists()
+    imported_from = subprocess.run([python, "-c", "import realformer_tf; print(realformer_tf.__file__)"],
+                                   capture_output=True, text=True, cwd=work, env=env, timeout=300).stdout
+    assert str(venv) in imported_from and h.ROOT not in imported_from
