@@ -22,6 +22,9 @@ _OBJECT_BASED_MARKER = ".ATTRIBUTES/VARIABLE_VALUE"
 # Our training checkpoints (training.checkpointable_weights) keep the model weights as
 # a dict keyed by original name; TF escapes "/" as ".S" and "." as "..".
 _TRAINING_WEIGHTS = re.compile(r"^model_weights/(.*)/\.ATTRIBUTES/VARIABLE_VALUE$")
+# Set to 1 to load weights holding NaN or Inf (e.g. to inspect a diverged checkpoint);
+# by default such a checkpoint is refused, naming the tensors.
+ALLOW_NONFINITE_ENV = "REALFORMER_ALLOW_NONFINITE_WEIGHTS"
 
 
 class CheckpointError(UserError):
@@ -208,13 +211,83 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
     _check_names(source, variables, owned_prefixes, optional_prefixes, description)
     stored = source.shapes()
     transforms = transforms or {}
+    allow_nonfinite = os.environ.get(ALLOW_NONFINITE_ENV, "") not in ("", "0")
+    not_float, nonfinite = [], []
     for name, var in variables.items():
         if name in stored:
             value = np.asarray(source.get(name))
+            if _is_float(np.dtype(var.dtype)) and not _is_float(value.dtype):
+                not_float.append(f"{source.stored_name(name)} ({value.dtype})")
+                continue
+            if not allow_nonfinite and _is_float(value.dtype) and not np.isfinite(value).all():
+                nonfinite.append(source.stored_name(name))
             if name in transforms:
                 value = transforms[name](value)
             var.assign(value.astype(np.dtype(var.dtype)))
+    if not_float:
+        raise CheckpointError(
+            f"{source.path}: the weight(s) {_format_names(not_float)} are not floating point; "
+            "the checkpoint is damaged or not of this model")
+    if nonfinite:
+        raise CheckpointError(
+            f"{source.path} holds NaN or Inf in {_format_names(nonfinite)} (a diverged or damaged "
+            f"checkpoint); use an earlier checkpoint, or set {ALLOW_NONFINITE_ENV}=1 to load it anyway")
     return source.path
+
+
+def _is_float(dtype):
+    # bfloat16 (ml_dtypes) is not a NumPy floating subtype but is a float.
+    return np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16"
+
+
+# Below this many parameters of excess a model is cheap to build, and the loader's own
+# check (after building) names every missing, unexpected or mis-shaped weight.
+EARLY_CHECK_SLACK = 2**24
+
+
+def check_config_fits(prefix, expected, layer_pattern, num_layers, description, num_parameters):
+    """Compares a config with a checkpoint's stored shapes BEFORE a model is built (the
+    shapes come from the index / safetensors header, which is cheap), so a config whose
+    model is far larger than the checkpoint (a wrong or hostile config) fails in a
+    second instead of allocating that model first. Smaller mismatches are left to the
+    loader, which names every weight.
+
+    Args:
+        prefix: a resolved checkpoint (prefix or Hugging Face folder).
+        expected: {original name: shape} of the weights that fix the model's size (the
+            embedding tables, one layer's feed-forward kernel); each must be stored with
+            that shape when the checkpoint holds it, and the first must be stored.
+        layer_pattern: a regex whose group 1 is a layer index in stored names.
+        num_layers: the config's layer count, compared with the stored layers.
+        description: what `expected` comes from (the config file), for the message.
+        num_parameters: a lower bound of the config's model size (weights); the check
+            fires when it exceeds twice the stored size plus EARLY_CHECK_SLACK.
+
+    Raises:
+        CheckpointError naming the checkpoint, the tensor and both shapes.
+    """
+    stored = list_checkpoint(prefix)
+    keys = original_names(stored)
+    if keys is None:
+        return  # not ours: the loader reports it
+    shapes = {name: list(stored[key]) for name, key in keys.items()}
+    stored_size = sum(int(np.prod(shape, dtype=np.float64)) for name, shape in shapes.items()
+                      if _is_model_weight(name))
+    if num_parameters <= 2 * stored_size + EARLY_CHECK_SLACK:
+        return
+    what = (f"{description} describes a model of at least {num_parameters:,} weights, the "
+            f"checkpoint holds {stored_size:,}")
+    first = next(iter(expected))
+    if first not in shapes:
+        raise CheckpointError(f"{prefix} does not fit: it has no {first}, and {what}")
+    details = [f"{name} (checkpoint {shapes[name]}, config {list(shape)})"
+               for name, shape in expected.items() if name in shapes and shapes[name] != list(shape)]
+    layers = {int(m.group(1)) for m in map(re.compile(layer_pattern).search, shapes) if m}
+    if layers and max(layers) + 1 != num_layers:
+        details.append(f"{max(layers) + 1} layers (config num_hidden_layers={num_layers})")
+    raise CheckpointError(
+        f"{prefix} does not fit: {what}" + (f"; it differs in {', '.join(details)}" if details else "")
+        + ". Use the config the checkpoint was trained with (vocab_size, hidden_size, num_hidden_layers, ...)")
 
 
 def save_named_variables(prefix, variables):

@@ -29,6 +29,62 @@ IGNORED_RELEASE_FIELDS = (
 )
 
 
+# A config file is a few kilobytes (a Hugging Face one with thousands of labels a few
+# hundred); anything far larger is not a config and is refused before it is read.
+MAX_JSON_FILE_BYTES = 16 * 2**20
+
+# Upper bounds of the size fields, checked before any model is built: far above every
+# released model (the largest BERT-style vocab, XLM-R's, is 250,002; BERT-large is
+# 24L/1024H/4096I; long-input ETC/BigBird use 4096-16384 positions), far below what a
+# typo or a hostile file could ask for (a 1e9-row embedding table is 3 TB at hidden 768).
+SIZE_LIMITS = {
+    "vocab_size": 2**22,
+    "hidden_size": 16384,
+    "embedding_size": 16384,
+    "num_hidden_layers": 512,
+    "num_attention_heads": 1024,
+    "intermediate_size": 65536,
+    "max_position_embeddings": 2**17,
+    "max_absolute_position_embeddings": 2**17,
+    "type_vocab_size": 4096,
+    "segment_vocab_size": 4096,
+    "local_radius": 2**16,
+    "relative_pos_max_distance": 2**15,
+    "relative_vocab_size": 2**17,
+}
+
+
+def check_size_limits(config):
+    """Raises ConfigError for a size field of `config` above `SIZE_LIMITS`."""
+    for name, limit in SIZE_LIMITS.items():
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+            raise ConfigError(
+                f"{name}={value} exceeds {limit}, the bound this package puts on it (no released "
+                "model comes near it); is the config corrupt or the value a typo?")
+
+
+def loads_json(raw, path):
+    """JSON bytes -> value, every way it can fail a ConfigError naming `path`."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text ({e}); save it as UTF-8 JSON") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is not a config: its JSON is nested too deeply to read") from None
+
+
+def read_json_file(path, limit=MAX_JSON_FILE_BYTES):
+    """The JSON value of the file at `path` (no larger than `limit` bytes)."""
+    with gfile().GFile(path, "rb") as f:
+        raw = f.read(limit + 1)
+    if len(raw) > limit:
+        raise ConfigError(f"{path} is larger than {limit} bytes: not a config file")
+    return loads_json(raw, path)
+
+
 def check_field_names(values, known, ignored, source):
     """Returns `values` without the `ignored` keys (logging one line naming them).
 
@@ -73,14 +129,7 @@ class JsonConfig:
     def _read_json_file(cls, path):
         if not gfile().exists(path):
             raise ConfigError(f"{cls.file_description} {path} does not exist")
-        with gfile().GFile(path, "rb") as f:
-            raw = f.read()
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{path} is not UTF-8 text ({e}); save it as UTF-8 JSON") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON ({e})") from None
+        return read_json_file(path)
 
     def to_dict(self):
         return copy.deepcopy(dataclasses.asdict(self))
@@ -214,12 +263,17 @@ class BertConfig(JsonConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        check_size_limits(self)
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if not isinstance(self.initializer_range, (int, float)) or self.initializer_range <= 0:
+        if (isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float))
+                or not 0 < self.initializer_range < float("inf")):
             raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
+        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
         for name in ("residual_attention", "use_running_mean", "normformer_residual_scale"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -21,7 +21,7 @@ from absl import logging
 
 from realformer_tf import checkpoint as ckpt
 from realformer_tf import etc_checkpoint
-from realformer_tf.config import BertConfig, ConfigError, JsonConfig  # noqa: F401  (ConfigError is public here)
+from realformer_tf.config import BertConfig, ConfigError, JsonConfig, check_size_limits  # noqa: F401  (ConfigError is public here)
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.dropout import Dropout
@@ -35,6 +35,34 @@ from realformer_tf.layers.heads import BertLogits, MaskedLMHead
 from realformer_tf.layers.transformer import LAYER_NORM_TYPES
 
 LAYER_NORM_EPSILON = 1e-12
+
+
+def check_checkpoint_fits(config, prefix):
+    """Raises CheckpointError when the ETC checkpoint at `prefix` (ours or official
+    names) is not of `config`'s size, before any model is built."""
+    h, e = config.hidden_size, config.embedding_size or config.hidden_size
+    if etc_checkpoint.has_official_names(prefix):
+        root = f"{etc_checkpoint.ROOT}/global_local_transformer_layers"
+        expected = {
+            f"{etc_checkpoint.ROOT}/token_emb_lookup/embedding_table": [config.vocab_size, e],
+            f"{etc_checkpoint.ROOT}/segment_emb_lookup/embedding_table": [config.segment_vocab_size, h],
+            f"{root}/feed_forward_layer_0/dense_layers/layer_0/kernel": [h, config.intermediate_size],
+            f"{root}/long_feed_forward_layer_0/dense_layers/layer_0/kernel": [h, config.intermediate_size],
+        }
+        pattern = r"/fused_att_layer_(\d+)/"
+    else:
+        expected = {
+            "etc/embeddings/word_embeddings": [config.vocab_size, e],
+            "etc/embeddings/segment_embeddings": [config.segment_vocab_size, h],
+            "etc/encoder/layer_0/long_feed_forward/intermediate/kernel": [h, config.intermediate_size],
+        }
+        pattern = r"^etc/encoder/layer_(\d+)/"
+    # A lower bound of the weights: token and segment tables, each layer's long-side
+    # q/k/v/o and one feed-forward.
+    weights = (config.vocab_size * e + config.segment_vocab_size * h
+               + config.num_hidden_layers * (4 * h * h + 2 * h * config.intermediate_size))
+    ckpt.check_config_fits(prefix, expected, pattern, config.num_hidden_layers,
+                           f"the config ({config.describe()})", weights)
 
 
 LAYOUTS = ("official", "realformer_tf")
@@ -188,12 +216,16 @@ class EtcConfig(JsonConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        check_size_limits(self)
+        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position", "layout"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
         if isinstance(self.initializer_range, bool) or not isinstance(
-                self.initializer_range, (int, float)) or self.initializer_range <= 0:
+                self.initializer_range, (int, float)) or not 0 < self.initializer_range < float("inf"):
             raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
         for name in ("share_feed_forward_params", "share_kv_projections", "share_qkv_projections",
                      "share_att_output_projection", "use_pre_activation_order", "use_hard_g2l_mask",
@@ -390,6 +422,14 @@ class _EtcCheckpointIO:
         if not self.built:
             self.build()
 
+    def get_build_config(self):
+        """Saved in `.keras` files, so that loading builds every weight from the config
+        before reading them (as BertModel's; see there)."""
+        return {"from_config": True}
+
+    def build_from_config(self, build_config):
+        self.build()
+
     def etc_checkpoint_variables(self, include_heads=True):
         self._ensure_built()
         names = {}
@@ -410,6 +450,8 @@ class _EtcCheckpointIO:
         of ours), or an official ETC checkpoint (recognized by its `etc_document_bert/`
         names; needs a config in the official layout); `skip_heads` loads the encoder
         only. Raises CheckpointError naming any missing, unexpected or mis-shaped weight."""
+        if not self.built:  # sizes first, before a model the checkpoint does not fit is built
+            check_checkpoint_fits(self.config, ckpt.resolve_checkpoint(prefix))
         if not getattr(self.config, "residual_attention_stated", True):
             from realformer_tf import variant_evidence
             from realformer_tf.families import get_family

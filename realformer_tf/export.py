@@ -232,11 +232,21 @@ class BertTextEncoder(tf.Module):
         keep_a, keep_b, sep_b = self._kept_lengths(splits_a[1:] - splits_a[:-1], splits_b[1:] - splits_b[:-1])
         # Row i: [CLS] a[:keep_a] [SEP] b[:keep_b] ([SEP] if sep_b), then padding.
         lengths = 2 + keep_a + keep_b + sep_b
+        else:
+            # Row i pairs text_a[i] with text_b[i]; a shorter text_b would broadcast.
+            check = tf.debugging.assert_equal(
+                tf.size(text_a), tf.size(text_b),
+                message="text_a and text_b must have the same number of rows (one text_b per "
+                        "text_a; an empty text_b for a single sentence)")
+            with tf.control_dependencies([check]):
+                text_a = tf.identity(text_a)
         width = self.max_seq_length if self.pad_to_max_seq_length else tf.reduce_max(
-            tf.concat([lengths, [0]], 0))
+            tf.concat([lengths, [2]], 0))
         j = tf.range(width, dtype=tf.int64)[tf.newaxis, :]  # [1, L]
         start_b = (keep_a + 2)[:, tf.newaxis]
         end_b = start_b + keep_b[:, tf.newaxis]
+        # Every row has [CLS] and [SEP], so at least 2: the floor only gives an empty
+        # batch the width [0, 2] that the model runs on (it reads position 0).
         in_a = (j >= 1) & (j <= keep_a[:, tf.newaxis])
         in_b = (j >= start_b) & (j < end_b)
         is_sep = (j == keep_a[:, tf.newaxis] + 1) | ((j == end_b) & (sep_b[:, tf.newaxis] > 0))
@@ -289,6 +299,10 @@ class ServingFunctions:
         self.serve_text = tf.function(self._serve_text, autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string, name="text_a"),
             tf.TensorSpec([None], tf.string, name="text_b")])
+        config = model.config
+        self._vocab_size = int(config.vocab_size)
+        self._type_vocab_field = "type_vocab_size" if hasattr(config, "type_vocab_size") else "segment_vocab_size"
+        self._type_vocab_size = int(getattr(config, self._type_vocab_field))
         self.serve_text_a = tf.function(self._serve_text_a, autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string, name="text_a")])
         self.serve_token_ids = tf.function(self._serve_token_ids, autograph=False, input_signature=[
@@ -376,9 +390,9 @@ class ServingFunctions:
             tf.debugging.assert_equal(tf.shape(segment_ids), tf.shape(input_ids),
                                       message="segment_ids must have the shape of input_ids"),
         ]
-        with tf.control_dependencies(checks):
-            features = {"input_ids": tf.identity(input_ids), "input_mask": input_mask,
-                        "segment_ids": segment_ids}
+        with tf.control_dependencies(checks):  # every input waits for the checks
+            features = {"input_ids": tf.identity(input_ids), "input_mask": tf.identity(input_mask),
+                        "segment_ids": tf.identity(segment_ids)}
         outputs = self._run(features)
         if self.task == "encoder":
             outputs["input_mask"] = input_mask
@@ -395,6 +409,19 @@ def read_vocab(vocab_file, vocab_size=None):
         raise InputError(f"--vocab_file {vocab_file} does not exist")
     tokens = []
     with tf.io.gfile.GFile(vocab_file, "rb") as f:
+            tf.debugging.assert_greater_equal(
+                tf.shape(input_ids)[1], 1, message="input_ids must have at least one position ([CLS])"),
+            # Out-of-range ids would be clamped or wrapped by the embedding lookups, i.e.
+            # silently give another token's output; values are checked, not trusted.
+            tf.debugging.assert_equal(
+                tf.reduce_all((input_ids >= 0) & (input_ids < self._vocab_size)), True,
+                message=f"input_ids must be in [0, vocab_size={self._vocab_size})"),
+            tf.debugging.assert_equal(
+                tf.reduce_all((segment_ids >= 0) & (segment_ids < self._type_vocab_size)), True,
+                message=f"segment_ids must be in [0, {self._type_vocab_field}={self._type_vocab_size})"),
+            tf.debugging.assert_equal(
+                tf.reduce_all((input_mask == 0) | (input_mask == 1)), True,
+                message="input_mask values must be 0 or 1"),
         for line in iter(f.readline, b""):
             tokens.append(line.decode("utf-8", "ignore").strip())
     seen, duplicates = set(), []

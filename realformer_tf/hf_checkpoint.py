@@ -21,7 +21,7 @@ import safetensors.numpy
 from absl import logging
 
 from realformer_tf.checkpoint import CheckpointError
-from realformer_tf.config import BertConfig, ConfigError
+from realformer_tf.config import BertConfig, ConfigError, read_json_file
 from realformer_tf.fileio import atomic_output, gfile
 
 CONFIG_NAME = "config.json"
@@ -133,9 +133,13 @@ def _check_computable(values, source):
     if values.get("pruned_heads"):
         _refuse(source, "pruned_heads", values["pruned_heads"], "give a model without pruned heads")
     eps = values.get("layer_norm_eps", LAYER_NORM_EPSILON)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise ConfigError(f"{source}: layer_norm_eps must be a number, got {eps!r}")
     if not np.isclose(eps, LAYER_NORM_EPSILON, rtol=1e-6, atol=0):
         _refuse(source, "layer_norm_eps", eps, f"our LayerNorms use BERT's {LAYER_NORM_EPSILON}")
     act = values.get("hidden_act", "gelu")
+    if not isinstance(act, str):
+        raise ConfigError(f"{source}: hidden_act must be a string, got {act!r}")
     if act not in _ACTIVATIONS_FROM_HF:
         _refuse(source, "hidden_act", act, f"use one of {', '.join(sorted(_ACTIVATIONS_FROM_HF))}")
 
@@ -214,12 +218,8 @@ def stock_transformers_computes(config):
 
 
 def read_json(path):
-    with gfile().GFile(path, "rb") as f:
-        raw = f.read()
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path} is not valid UTF-8 JSON ({e})") from None
+    """The JSON value of a (small) file; ConfigError naming it when it is not JSON."""
+    return read_json_file(path)
 
 
 def load_hf_config(path):
@@ -239,30 +239,107 @@ def _weight_files(folder):
         return [single]
     index = single + ".index.json"
     if gfile().exists(index):
-        shards = sorted(set(read_json(index).get("weight_map", {}).values()))
-        return [os.path.join(folder, shard) for shard in shards]
+        return [os.path.join(folder, shard) for shard in _index_shards(index, folder)]
     others = [n for n in ("pytorch_model.bin", "tf_model.h5") if gfile().exists(os.path.join(folder, n))]
     hint = (f"it has {' and '.join(others)}: save it again with transformers' "
             "save_pretrained(folder, safe_serialization=True)") if others else "download model.safetensors too"
     raise CheckpointError(f"{folder} is a Hugging Face folder without {WEIGHTS_NAME}; {hint}")
 
 
+def _index_shards(index, folder):
+    """The shard file names a `model.safetensors.index.json` names, each a plain file
+    name of `folder` (never a path: an index must not make us read other files)."""
+    try:
+        values = read_json(index)
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
+    weight_map = values.get("weight_map") if isinstance(values, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index} has no weight_map object (tensor name -> shard file); "
+                              "download the folder again")
+    shards = sorted(set(map(str, weight_map.values())))
+    for shard in shards:
+        if (not isinstance(shard, str) or os.path.basename(shard) != shard or shard in (".", "..")
+                or "/" in shard or "\\" in shard or not shard.endswith(".safetensors")):
+            raise CheckpointError(
+                f"{index} names the shard {shard!r}, not a .safetensors file name inside {folder}; "
+                "shards must be plain file names next to the index")
+        if not gfile().exists(os.path.join(folder, shard)):
+            raise CheckpointError(f"{index} names the shard {shard}, which is not in {folder}; "
+                                  "download it too")
+    return shards
+
+
+# safetensors dtype -> bytes per element (the format's table); weights must be floats.
+_DTYPE_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2,
+                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+# The safetensors library's own bound on the header (100 MB); real headers are kilobytes.
+_MAX_HEADER_BYTES = 100 * 2**20
+
+
+def _not_safetensors(path, why):
+    return CheckpointError(f"{path} is not a safetensors file ({why}); download it again")
+
+
 def _read_header(path):
-    """{name: shape} from a safetensors header (8-byte length, then JSON), without
-    reading the tensors."""
+    """{name: (dtype, shape)} from a safetensors header (8-byte length, then JSON),
+    without reading the tensors. Every entry is checked against the file's size:
+    a damaged or hostile file is a CheckpointError naming it, never a crash or a
+    wrongly sized read."""
     with gfile().GFile(path, "rb") as f:
-        length = int.from_bytes(f.read(8), "little")
-        try:
-            header = json.loads(f.read(length).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, MemoryError, OverflowError) as e:
-            raise CheckpointError(f"{path} is not a safetensors file ({type(e).__name__}); "
-                                  "download it again") from None
-    return {name: list(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
+        head = f.read(8)
+        if len(head) < 8:
+            raise _not_safetensors(path, f"it has {len(head)} bytes")
+        length = int.from_bytes(head, "little")
+        if head.startswith(b"version "):
+            raise _not_safetensors(path, "it is a git-lfs pointer file, not the weights: run git lfs pull")
+        if length > _MAX_HEADER_BYTES:
+            raise _not_safetensors(path, f"its header length {length} is not plausible")
+        raw = f.read(length)
+        if len(raw) < length:
+            raise _not_safetensors(path, f"it ends inside its {length}-byte header")
+        # The data size without reading it: seek to the end.
+        data_start = 8 + length
+        f.seek(0, 2)
+        data_size = f.tell() - data_start
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise _not_safetensors(path, f"its header is not JSON ({type(e).__name__})") from None
+    if not isinstance(header, dict):
+        raise _not_safetensors(path, f"its header is a JSON {type(header).__name__}, not an object")
+    entries = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+            raise _not_safetensors(path, f"tensor {name!r} lacks dtype, shape or data_offsets")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str) or dtype not in _DTYPE_SIZES:
+            raise _not_safetensors(path, f"tensor {name!r} has the unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise _not_safetensors(path, f"tensor {name!r} has the shape {shape!r}")
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1] <= data_size):
+            raise _not_safetensors(path, f"tensor {name!r} has data offsets {offsets!r} outside the "
+                                   f"file's {data_size} data bytes (truncated?)")
+        if offsets[1] - offsets[0] != int(np.prod(shape, dtype=object)) * _DTYPE_SIZES[dtype]:
+            raise _not_safetensors(path, f"tensor {name!r} has {offsets[1] - offsets[0]} bytes, not "
+                                   f"{shape} x {dtype}")
+        entries[name] = (dtype, list(shape))
+    return entries
 
 
 def _read_tensors(path):
     with gfile().GFile(path, "rb") as f:
-        return safetensors.numpy.load(f.read())
+        raw = f.read()
+    try:
+        return safetensors.numpy.load(raw)
+    except Exception as e:  # the library's own checks (headers were checked above)
+        raise _not_safetensors(path, f"{type(e).__name__}: {e}") from None
 
 
 class HfFolderWeights:
@@ -281,9 +358,10 @@ class HfFolderWeights:
         self.files = _weight_files(folder)
         self.path = self.files[0] if len(self.files) == 1 else folder
         self._tensors = None
-        shapes = {}
+        shapes, dtypes = {}, {}
         for path in self.files:
-            shapes.update(_read_header(path))
+            for name, (dtype, shape) in _read_header(path).items():
+                shapes[name], dtypes[name] = shape, (dtype, path)
         self._hf_shapes = shapes
         self._names = {}  # original name -> (hf name, transpose?)
         foreign = []
@@ -299,6 +377,12 @@ class HfFolderWeights:
                 f"{self.path} holds tensors that are not BERT's: {', '.join(sorted(foreign)[:8])}; "
                 "give a BertModel / BertForPreTraining / BertForSequenceClassification / "
                 "BertForQuestionAnswering folder")
+        not_float = sorted(f"{hf} ({dtypes[hf][0]})" for hf, _ in self._names.values()
+                           if dtypes[hf][0] not in FLOAT_DTYPES)
+        if not_float:
+            raise CheckpointError(
+                f"{self.path}: the weight(s) {', '.join(not_float[:8])} are not floating point "
+                f"({', '.join(FLOAT_DTYPES)}); the file is damaged or not a BERT model")
 
     def shapes(self):
         """{original name: shape} as our variables have them (kernels [in, out])."""

@@ -31,6 +31,31 @@ from realformer_tf.bert_compat import (  # noqa: F401,E402  (public)
 )
 
 LAYER_NORM_EPSILON = 1e-12
+# Stored names whose group 1 is a layer index (checkpoint.check_config_fits).
+BERT_LAYER_PATTERN = r"^bert/encoder/layer_(\d+)/"
+
+
+def bert_key_shapes(config):
+    """{original name: shape} of the weights that fix a BertConfig's model size (the
+    word embeddings first: every BERT checkpoint holds them)."""
+    h = config.hidden_size
+    return {
+        "bert/embeddings/word_embeddings": [config.vocab_size, h],
+        "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
+        "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
+        "bert/encoder/layer_0/intermediate/dense/kernel": [h, config.intermediate_size],
+    }
+
+
+def check_checkpoint_fits(config, prefix):
+    """Raises CheckpointError when the checkpoint at `prefix` (a resolved prefix or a
+    Hugging Face folder) is not of `config`'s size, before any model is built."""
+    h, size = config.hidden_size, config.intermediate_size
+    # A lower bound of the weights: embeddings, each layer's q/k/v/o and feed-forward.
+    weights = ((config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
+               + config.num_hidden_layers * (4 * h * h + 2 * h * size))
+    ckpt.check_config_fits(prefix, bert_key_shapes(config), BERT_LAYER_PATTERN,
+                           config.num_hidden_layers, f"the config ({config.describe()})", weights)
 
 
 def _dense_vars(prefix, dense):
@@ -63,6 +88,15 @@ class _BertCheckpointIO:
         if not self.built:
             self(self._dummy_inputs(), training=False)
 
+    def get_build_config(self):
+        """Saved in `.keras` files: `build` needs nothing but the config, so loading
+        rebuilds every weight before reading them (Keras would otherwise return a
+        model without weights, with only a warning)."""
+        return {"from_config": True}
+
+    def build_from_config(self, build_config):
+        self.build()
+
     def bert_checkpoint_variables(self, include_heads=True):
         """{original BERT name: variable} for every weight of the model."""
         self._ensure_built()
@@ -77,6 +111,8 @@ class _BertCheckpointIO:
         (fine-tuning from a pretraining checkpoint). Raises CheckpointError naming any
         missing, unexpected or mis-shaped variable.
         """
+        if not self.built:  # sizes first: building a model the checkpoint does not fit could exhaust memory
+            check_checkpoint_fits(self.config, ckpt.resolve_checkpoint(prefix))
         if not getattr(self.config, "residual_attention_stated", True):
             # A config file without residual_attention: the weights decide (or an error).
             from realformer_tf import variant_evidence

@@ -152,7 +152,8 @@ def run_job(job, options, log=say):
         outputs.OutputDirLock(options.output_dir).check_free()  # before the inputs are read through
     job.check_inputs(options, family, config)
     if options.init_checkpoint:
-        ckpt.resolve_checkpoint(options.init_checkpoint)  # fail now, not after set-up
+        # Fail now, not after set-up; and before a model is built, its sizes.
+        family.check_checkpoint_fits(config, ckpt.resolve_checkpoint(options.init_checkpoint))
     identity = {**job.run_identity(options), **family.run_identity(options)}
     with take_output_dir(options.output_dir, strategy, config, identity, log):  # released on errors too
         num_train_steps, num_warmup_steps = job.prepare(options, family, config, out_dir)

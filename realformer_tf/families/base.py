@@ -95,6 +95,12 @@ class ModelFamily:
         return features
 
     # -- checkpoints ------------------------------------------------------------------
+    def check_checkpoint_fits(self, config, prefix):
+        """Raises CheckpointError when the checkpoint at `prefix` (resolved) does not
+        have the sizes `config` gives, from its stored shapes alone: called before a
+        model is built, so a config that does not describe the checkpoint (or a hostile
+        one) fails at once instead of allocating a model first."""
+
     def load_checkpoint(self, model, prefix, skip_heads=False):
         """Loads a checkpoint under the family's names (or one of our training
         checkpoints) into `model`; returns the prefix read."""

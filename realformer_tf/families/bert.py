@@ -32,6 +32,9 @@ class BertFamily(ModelFamily):
             model.bert.pooler.trainable = False
         return model
 
+    def check_checkpoint_fits(self, config, prefix):
+        modeling.check_checkpoint_fits(config, prefix)
+
     def load_checkpoint(self, model, prefix, skip_heads=False):
         return model.load_bert_checkpoint(prefix, skip_heads=skip_heads)
 

@@ -59,6 +59,9 @@ class EtcFamily(ModelFamily):
 
         return fn
 
+    def check_checkpoint_fits(self, config, prefix):
+        etc_modeling.check_checkpoint_fits(config, prefix)
+
     def load_checkpoint(self, model, prefix, skip_heads=False):
         return model.load_etc_checkpoint(prefix, skip_heads=skip_heads)
 
