@@ -59,9 +59,9 @@ if case.get("prepare") == "classifier_checkpoint":
     model = modeling.BertClassifierModel(config, num_labels=2)
     model._ensure_built()
     model.save_bert_checkpoint("ram://in/ckpt/bert_model.ckpt")
-module = importlib.import_module(case["script"])
+module = importlib.import_module("realformer_tf.app." + case["script"])  # the program behind the script
 flags.FLAGS([case["script"]] + case["argv"])
-module.main([case["script"]])
+module._main([case["script"]])
 files = sorted(files_under("ram://out"))
 print("RAM_FILES=" + json.dumps(files))
 """
