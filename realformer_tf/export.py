@@ -102,6 +102,11 @@ _DELIMITERS = r"[\p{Zs}\x{2028}\x{2029}]+|" + _KEPT_DELIMITERS
 MAX_CHARS_PER_WORD = 400
 
 CLS, SEP, UNK = "[CLS]", "[SEP]", "[UNK]"
+# A family with a static input length (ETC) is traced at each of these lengths below
+# max_seq_length as well, and a batch runs at the smallest one its longest row fits:
+# measured at BERT-Base size, ETC at 512 serves ~120-word texts 2-3x faster this way
+# (benchmarks/benchmark_serving.py, lever etc_max). Outputs are the same: padding is masked.
+ETC_LENGTH_BUCKETS = (128, 256)
 
 
 class ExportError(UsageError):
@@ -227,11 +232,6 @@ class BertTextEncoder(tf.Module):
     def encode(self, text_a, text_b=None):
         if text_b is None:
             text_b = tf.fill(tf.shape(text_a), "")
-        values_a, splits_a = self._pieces(text_a)
-        values_b, splits_b = self._pieces(text_b)
-        keep_a, keep_b, sep_b = self._kept_lengths(splits_a[1:] - splits_a[:-1], splits_b[1:] - splits_b[:-1])
-        # Row i: [CLS] a[:keep_a] [SEP] b[:keep_b] ([SEP] if sep_b), then padding.
-        lengths = 2 + keep_a + keep_b + sep_b
         else:
             # Row i pairs text_a[i] with text_b[i]; a shorter text_b would broadcast.
             check = tf.debugging.assert_equal(
@@ -240,13 +240,18 @@ class BertTextEncoder(tf.Module):
                         "text_a; an empty text_b for a single sentence)")
             with tf.control_dependencies([check]):
                 text_a = tf.identity(text_a)
+        values_a, splits_a = self._pieces(text_a)
+        values_b, splits_b = self._pieces(text_b)
+        keep_a, keep_b, sep_b = self._kept_lengths(splits_a[1:] - splits_a[:-1], splits_b[1:] - splits_b[:-1])
+        # Row i: [CLS] a[:keep_a] [SEP] b[:keep_b] ([SEP] if sep_b), then padding.
+        lengths = 2 + keep_a + keep_b + sep_b
+        # Every row has [CLS] and [SEP], so at least 2: the floor only gives an empty
+        # batch the width [0, 2] that the model runs on (it reads position 0).
         width = self.max_seq_length if self.pad_to_max_seq_length else tf.reduce_max(
             tf.concat([lengths, [2]], 0))
         j = tf.range(width, dtype=tf.int64)[tf.newaxis, :]  # [1, L]
         start_b = (keep_a + 2)[:, tf.newaxis]
         end_b = start_b + keep_b[:, tf.newaxis]
-        # Every row has [CLS] and [SEP], so at least 2: the floor only gives an empty
-        # batch the width [0, 2] that the model runs on (it reads position 0).
         in_a = (j >= 1) & (j <= keep_a[:, tf.newaxis])
         in_b = (j >= start_b) & (j < end_b)
         is_sep = (j == keep_a[:, tf.newaxis] + 1) | ((j == end_b) & (sep_b[:, tf.newaxis] > 0))
@@ -294,15 +299,15 @@ class ServingFunctions:
         self.is_regression = bool(is_regression)
         self.max_seq_length = text_encoder.max_seq_length
         self._label_names = None if label_names is None else [str(n) for n in label_names]
+        config = model.config
+        self._vocab_size = int(config.vocab_size)
+        self._type_vocab_field = "type_vocab_size" if hasattr(config, "type_vocab_size") else "segment_vocab_size"
+        self._type_vocab_size = int(getattr(config, self._type_vocab_field))
 
         # autograph off: no Python control flow depends on tensors here.
         self.serve_text = tf.function(self._serve_text, autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string, name="text_a"),
             tf.TensorSpec([None], tf.string, name="text_b")])
-        config = model.config
-        self._vocab_size = int(config.vocab_size)
-        self._type_vocab_field = "type_vocab_size" if hasattr(config, "type_vocab_size") else "segment_vocab_size"
-        self._type_vocab_size = int(getattr(config, self._type_vocab_field))
         self.serve_text_a = tf.function(self._serve_text_a, autograph=False, input_signature=[
             tf.TensorSpec([None], tf.string, name="text_a")])
         self.serve_token_ids = tf.function(self._serve_token_ids, autograph=False, input_signature=[
@@ -334,17 +339,32 @@ class ServingFunctions:
         if not self.family.static_length:
             return self.model(self.family.adapt_features(features, self.model.config, self.input_options),
                               training=False)
-        # A fixed length: pad to max_seq_length, then cut the per-token outputs back.
+        # A fixed length: pad to the smallest bucket the batch fits (the last one is
+        # max_seq_length), run the model traced at that length, cut per-token outputs back.
         length = tf.shape(features["input_ids"])[1]
-        padded = {k: tf.pad(v, [[0, 0], [0, self.max_seq_length - length]]) for k, v in features.items()}
-        for v in padded.values():
-            v.set_shape([None, self.max_seq_length])
-        inputs = self.family.adapt_features(padded, self.model.config, self.input_options)
-        outputs = dict(self.model(inputs, training=False))
-        for key in ("start_logits", "end_logits"):
-            if key in outputs:
-                outputs[key] = outputs[key][:, :length]
-        return outputs
+        buckets = self.length_buckets()
+
+        def at(bucket):
+            def branch():
+                padded = {k: tf.pad(v, [[0, 0], [0, bucket - length]]) for k, v in features.items()}
+                for v in padded.values():
+                    v.set_shape([None, bucket])
+                inputs = self.family.adapt_features(padded, self.model.config, self.input_options)
+                outputs = dict(self.model(inputs, training=False))
+                for key in ("start_logits", "end_logits"):
+                    if key in outputs:
+                        outputs[key] = outputs[key][:, :length]
+                return outputs
+            return branch
+
+        if len(buckets) == 1:
+            return at(buckets[0])()
+        index = tf.reduce_sum(tf.cast(length > tf.constant(buckets[:-1]), tf.int32))
+        return tf.switch_case(index, [at(b) for b in buckets])
+
+    def length_buckets(self):
+        """The input lengths a static-length family's model is traced at."""
+        return [b for b in ETC_LENGTH_BUCKETS if b < self.max_seq_length] + [self.max_seq_length]
 
     def _run(self, features):
         outputs = self._model_outputs(features)
@@ -389,6 +409,19 @@ class ServingFunctions:
                                       message="input_mask must have the shape of input_ids"),
             tf.debugging.assert_equal(tf.shape(segment_ids), tf.shape(input_ids),
                                       message="segment_ids must have the shape of input_ids"),
+            tf.debugging.assert_greater_equal(
+                tf.shape(input_ids)[1], 1, message="input_ids must have at least one position ([CLS])"),
+            # Out-of-range ids would be clamped or wrapped by the embedding lookups, i.e.
+            # silently give another token's output; values are checked, not trusted.
+            tf.debugging.assert_equal(
+                tf.reduce_all((input_ids >= 0) & (input_ids < self._vocab_size)), True,
+                message=f"input_ids must be in [0, vocab_size={self._vocab_size})"),
+            tf.debugging.assert_equal(
+                tf.reduce_all((segment_ids >= 0) & (segment_ids < self._type_vocab_size)), True,
+                message=f"segment_ids must be in [0, {self._type_vocab_field}={self._type_vocab_size})"),
+            tf.debugging.assert_equal(
+                tf.reduce_all((input_mask == 0) | (input_mask == 1)), True,
+                message="input_mask values must be 0 or 1"),
         ]
         with tf.control_dependencies(checks):  # every input waits for the checks
             features = {"input_ids": tf.identity(input_ids), "input_mask": tf.identity(input_mask),
@@ -409,19 +442,6 @@ def read_vocab(vocab_file, vocab_size=None):
         raise InputError(f"--vocab_file {vocab_file} does not exist")
     tokens = []
     with tf.io.gfile.GFile(vocab_file, "rb") as f:
-            tf.debugging.assert_greater_equal(
-                tf.shape(input_ids)[1], 1, message="input_ids must have at least one position ([CLS])"),
-            # Out-of-range ids would be clamped or wrapped by the embedding lookups, i.e.
-            # silently give another token's output; values are checked, not trusted.
-            tf.debugging.assert_equal(
-                tf.reduce_all((input_ids >= 0) & (input_ids < self._vocab_size)), True,
-                message=f"input_ids must be in [0, vocab_size={self._vocab_size})"),
-            tf.debugging.assert_equal(
-                tf.reduce_all((segment_ids >= 0) & (segment_ids < self._type_vocab_size)), True,
-                message=f"segment_ids must be in [0, {self._type_vocab_field}={self._type_vocab_size})"),
-            tf.debugging.assert_equal(
-                tf.reduce_all((input_mask == 0) | (input_mask == 1)), True,
-                message="input_mask values must be 0 or 1"),
         for line in iter(f.readline, b""):
             tokens.append(line.decode("utf-8", "ignore").strip())
     seen, duplicates = set(), []
@@ -544,7 +564,8 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
     Args:
         task: "classifier", "squad" or "encoder" (BERT only).
         input_options: for ETC, the options its inputs are built with
-            (`etc_tokens_per_global`); rows are then padded to `max_seq_length`.
+            (`etc_tokens_per_global`); rows are then padded to the smallest of
+            `ETC_LENGTH_BUCKETS` + [max_seq_length] that the batch's longest row fits.
         version: defaults to the next free integer. The SavedModel is written under a
             temporary name and renamed into place, so a model server watching
             export_dir never sees a half-written version.
@@ -564,7 +585,8 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
         "task": task, "model_type": family.name, "model": config.describe(),
         f"{family.name}_config": config.to_dict(), "do_lower_case": bool(do_lower_case),
         "max_seq_length": int(max_seq_length), "label_names": label_names,
-        "pad_to_max_seq_length": bool(pad_to_max_seq_length or family.static_length),
+        # A static-length family pads in the model part (to a length bucket) instead.
+        "pad_to_max_seq_length": bool(pad_to_max_seq_length or (family.static_length and not ETC_LENGTH_BUCKETS)),
         "is_regression": bool(is_regression),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **(family.run_identity(input_options) if input_options is not None else {}),

@@ -1,0 +1,510 @@
+#!/usr/bin/env python
+"""Serving speed: this package's SavedModel (raw text in) vs what users would pick
+instead, Hugging Face `transformers` on PyTorch, side by side in one run.
+
+    .venv/bin/python benchmarks/benchmark_serving.py            # BERT-Base (~15 min, 2 cores)
+    .venv/bin/python benchmarks/benchmark_serving.py --quick    # tiny model, few requests
+    make bench-serving                                          # + saves benchmarks/results/serving.*
+
+One BERT-Base-sized vanilla classifier (12L/768/12 heads/3072, random weights, 2 labels,
+vocab = data/vocab.txt, lower-cased, max_seq_length 128) is exported twice: as this
+package's SavedModel (`export.export_model`) and as a Hugging Face folder
+(`save_hf_folder`: vanilla post-LN BERT is what transformers computes). Each side runs in
+its own worker process:
+
+* `tf`: only `tensorflow` and `tensorflow_text` imported (checked: realformer_tf is not in
+  sys.modules), `tf.saved_model.load(...).signatures["serving_default"](text_a, text_b="")`
+  -> `probabilities`, as a TF Serving client would get them;
+* `torch`: `BertTokenizerFast` on the same vocab.txt (padding to the batch's longest,
+  truncation to 128) + `BertForSequenceClassification` under `torch.inference_mode()`,
+  softmax -> probabilities (the tokenizer + model path: faster than `pipeline(...)`,
+  which adds per-call Python work, so the harder side to beat).
+
+Both report the time of a whole call, text in, NumPy probabilities out. Before any timing
+both sides classify the same texts and the largest difference of their probabilities is
+printed (and must be <= 1e-4).
+
+The same table has RealFormer (residual attention), NormFormer and ETC (raw-text export
+at 512 tokens, 16 long tokens per global token) as time ratios to the vanilla SavedModel
+(fewer requests), and the levers tried on the serving side (see benchmarks/README.md,
+"Serving"): thread settings, XLA, padding to max_seq_length, ETC buckets.
+
+Loads: batch 1 (p50 / p99 latency over `--requests` requests) and batch 32
+(sentences/s over `--batches` batches) for short (~12 words), medium (~60) and long
+(~120, truncated to 128 tokens) texts cut from data/sample_text.txt.
+
+Interleaving: the workers take turns, never run at once; the coordinator goes
+round-robin over all targets in rounds (the first target rotated each round), so a busy
+spell of a shared machine hits every target alike. After a worker's turn the
+coordinator sleeps `--pause` s so that spinning OpenMP / Eigen threads go idle.
+
+The last line printed is the whole result as one JSON object.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import numpy as np  # noqa: E402
+
+VOCAB_FILE = os.path.join(_ROOT, "data", "vocab.txt")
+CORPUS_FILE = os.path.join(_ROOT, "data", "sample_text.txt")
+LENGTHS = {"short": 12, "medium": 60, "long": 120}  # words per text
+MAX_SEQ_LENGTH = 128
+ETC_MAX_SEQ_LENGTH = 512
+ETC_TOKENS_PER_GLOBAL = 16
+TOLERANCE = 1e-4
+
+SIZES = {
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    "quick": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny model, few requests (the test runs this)")
+    p.add_argument("--requests", type=int, default=200, help="batch-1 requests per length (ours, transformers)")
+    p.add_argument("--batches", type=int, default=6, help="batch-32 calls per length (ours, transformers)")
+    p.add_argument("--variant_requests", type=int, default=60, help="batch-1 requests of the other targets")
+    p.add_argument("--variant_batches", type=int, default=2, help="batch-32 calls of the other targets")
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=4, help="interleaving rounds per load")
+    p.add_argument("--levers", default="threads,pad_max,xla,etc_max",
+                   help="comma list of serving levers to time against their baseline ('' = none)")
+    p.add_argument("--pause", type=float, default=0.05, help="seconds between two workers' turns")
+    p.add_argument("--work_dir", help="keep the exports here (default: a temporary folder)")
+    p.add_argument("--reuse", action="store_true", help="reuse the exports already in --work_dir")
+    p.add_argument("--json_out")
+    p.add_argument("--markdown_out")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.requests, args.batches, args.variant_requests, args.variant_batches = 8, 2, 4, 1
+        args.batch_size, args.rounds = 4, 2
+    return args
+
+
+# -- texts ---------------------------------------------------------------------------------
+def make_texts(n_words, count, seed):
+    """`count` texts of `n_words` consecutive words of the corpus, at random offsets."""
+    with open(CORPUS_FILE, encoding="utf-8") as f:
+        words = f.read().split()
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(words) - n_words, size=count)
+    return [" ".join(words[s:s + n_words]) for s in starts]
+
+
+# -- exports -------------------------------------------------------------------------------
+def _vocab_size():
+    with open(VOCAB_FILE, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def build_classifier(kind, size, seed):
+    """A float32 classifier with random weights; the head scaled up so that the two
+    probabilities differ visibly (the 0.02 initializer gives ~0.5 / 0.5)."""
+    import keras
+    from realformer_tf import etc_modeling, modeling
+
+    keras.utils.set_random_seed(seed)
+    dims = SIZES[size]
+    if kind == "etc":
+        config = etc_modeling.EtcConfig(
+            vocab_size=_vocab_size(), max_absolute_position_embeddings=ETC_MAX_SEQ_LENGTH,
+            residual_attention=False, **dims)
+        model = etc_modeling.EtcClassifierModel(config, num_labels=2)
+        variables = model.etc_checkpoint_variables()
+        head = "classifier/output_weights"
+    else:
+        overrides = {"vanilla": dict(residual_attention=False), "realformer": dict(residual_attention=True),
+                     "normformer": dict(residual_attention=False, layer_norm_type="normformer")}[kind]
+        config = modeling.BertConfig(vocab_size=_vocab_size(), max_position_embeddings=512, type_vocab_size=2,
+                                     **dims, **overrides)
+        model = modeling.BertClassifierModel(config, num_labels=2)
+        variables = model.bert_checkpoint_variables()
+        head = "output_weights"
+    rng = np.random.default_rng(seed)
+    variables[head].assign(rng.normal(0, 0.3, variables[head].shape).astype(np.float32))
+    return model
+
+
+@contextlib.contextmanager
+def patched(obj, name, value):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_LENGTH, input_options=None):
+    """export_model into `path`/1 with a lever applied (None: the export as shipped)."""
+    from realformer_tf import export
+
+    kwargs = dict(task="classifier", vocab_file=VOCAB_FILE, do_lower_case=True, max_seq_length=max_seq_length,
+                  label_names=["0", "1"], version=1, family=family, input_options=input_options)
+    with contextlib.ExitStack() as stack:
+        if lever == "pad_max":
+            kwargs["pad_to_max_seq_length"] = True
+        elif lever == "xla":
+            # the model part compiled with XLA (the tokenizer ops cannot be), on rows padded
+            # to max_seq_length: XLA compiles once per input shape, and padding to the
+            # batch's longest row would make every new length a compilation (seconds).
+            kwargs["pad_to_max_seq_length"] = True
+            original = export.ServingFunctions._model_outputs
+
+            def compiled(self, features):
+                if not hasattr(self, "_xla_model"):
+                    self._xla_model = __import__("tensorflow").function(
+                        lambda f: original(self, f), jit_compile=True, autograph=False)
+                return self._xla_model({k: features[k] for k in ("input_ids", "input_mask", "segment_ids")})
+
+            stack.enter_context(patched(export.ServingFunctions, "_model_outputs", compiled))
+        elif lever == "etc_max":
+            # ETC as it was: every row padded to max_seq_length (no length buckets).
+            if hasattr(export, "ETC_LENGTH_BUCKETS"):
+                stack.enter_context(patched(export, "ETC_LENGTH_BUCKETS", ()))
+        return export.export_model(model, path, **kwargs)
+
+
+def make_exports(args, work):
+    """{name: SavedModel path} and the HF folder."""
+    from realformer_tf.families import get_family
+    from realformer_tf.runner import RunOptions
+
+    size = "quick" if args.quick else "base"
+    levers = [x for x in args.levers.split(",") if x]
+    paths = {}
+    t0 = time.time()
+    wanted = {"vanilla": ["vanilla", "hf"] + [f"vanilla_{x}" for x in ("pad_max", "xla") if x in levers],
+              "realformer": ["realformer"], "normformer": ["normformer"],
+              "etc": ["etc"] + (["etc_max"] if "etc_max" in levers else [])}
+    for seed, kind in enumerate(["vanilla", "realformer", "normformer", "etc"]):
+        if args.reuse and all(os.path.isdir(os.path.join(work, d)) for d in wanted[kind]):
+            # --reuse: the exports of an earlier run with the same --work_dir.
+            names = {"vanilla_pad_max": "vanilla+pad_max", "vanilla_xla": "vanilla+xla", "etc_max": "etc+etc_max"}
+            for d in wanted[kind]:
+                if d != "hf":
+                    paths[names.get(d, d)] = os.path.join(work, d, "1")
+            print(f"reused {kind}", file=sys.stderr, flush=True)
+            continue
+        model = build_classifier(kind, size, seed)
+        if kind == "vanilla":
+            hf = model.save_hf_folder(os.path.join(work, "hf"))
+            shutil.copy(VOCAB_FILE, os.path.join(hf, "vocab.txt"))
+            paths["vanilla"] = export_one(model, os.path.join(work, "vanilla"))
+            for lever in ("pad_max", "xla"):
+                if lever in levers:
+                    paths[f"vanilla+{lever}"] = export_one(model, os.path.join(work, f"vanilla_{lever}"),
+                                                           lever=lever)
+        elif kind == "etc":
+            etc = dict(family=get_family("etc"), max_seq_length=ETC_MAX_SEQ_LENGTH, input_options=RunOptions(
+                etc_tokens_per_global=ETC_TOKENS_PER_GLOBAL, max_seq_length=ETC_MAX_SEQ_LENGTH))
+            paths["etc"] = export_one(model, os.path.join(work, "etc"), **etc)
+            if "etc_max" in levers:
+                paths["etc+etc_max"] = export_one(model, os.path.join(work, "etc_max"), lever="etc_max", **etc)
+        else:
+            paths[kind] = export_one(model, os.path.join(work, kind))
+        print(f"exported {kind} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return paths, os.path.join(work, "hf")
+
+
+# -- workers -------------------------------------------------------------------------------
+# Runs as `python -c WORKER tf|torch SPEC`: one JSON command per stdin line, one JSON
+# answer per stdout line. The tf worker imports tensorflow and tensorflow_text only.
+WORKER = r'''
+import json, os, sys, time
+kind, spec = sys.argv[1], json.loads(sys.argv[2])
+out = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)  # library prints go to stderr, answers to `out`
+import numpy as np
+if kind == "tf":
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the tokenizer ops)
+    if spec.get("intra"):
+        tf.config.threading.set_intra_op_parallelism_threads(spec["intra"])
+    if spec.get("inter"):
+        tf.config.threading.set_inter_op_parallelism_threads(spec["inter"])
+    models = {name: tf.saved_model.load(path).signatures["serving_default"] for name, path in spec["models"].items()}
+
+    def classify(name, texts):
+        texts = tf.constant(texts)
+        return models[name](text_a=texts, text_b=tf.fill(tf.shape(texts), ""))["probabilities"].numpy()
+else:
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    if spec.get("intra"):
+        torch.set_num_threads(spec["intra"])
+    tokenizer = transformers.BertTokenizerFast(os.path.join(spec["hf"], "vocab.txt"), do_lower_case=True)
+    model = transformers.BertForSequenceClassification.from_pretrained(spec["hf"]).eval()
+
+    def classify(name, texts):
+        with torch.inference_mode():
+            batch = tokenizer(texts, padding=True, truncation=True, max_length=spec["max_length"],
+                              return_tensors="pt")
+            return torch.softmax(model(**batch).logits, dim=-1).numpy()
+
+info = {"python_modules": sorted(m for m in ("realformer_tf", "torch", "transformers", "keras_hub")
+                                 if m in sys.modules)}
+if kind == "tf":
+    info["threads"] = [tf.config.threading.get_intra_op_parallelism_threads(),
+                       tf.config.threading.get_inter_op_parallelism_threads()]
+else:
+    info["threads"] = [torch.get_num_threads(), torch.get_num_interop_threads()]
+    info["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
+out.write(json.dumps(info) + "\n"); out.flush()
+for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["op"] == "probs":
+        answer = classify(cmd["model"], cmd["texts"]).tolist()
+    else:  # "time": one call per batch, seconds each
+        answer = []
+        for texts in cmd["batches"]:
+            t = time.perf_counter()
+            classify(cmd["model"], texts)
+            answer.append(time.perf_counter() - t)
+    out.write(json.dumps(answer) + "\n"); out.flush()
+'''
+
+
+class Worker:
+    def __init__(self, kind, spec):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, kind, json.dumps(spec)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(), env=env)
+        self.info = self._read()
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker exited with {self.proc.wait()}; see its stderr above")
+        return json.loads(line)
+
+    def ask(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+class Target:
+    """One thing timed: a model name on a worker."""
+
+    def __init__(self, name, worker, model, main, description):
+        self.name, self.worker, self.model, self.main, self.description = name, worker, model, main, description
+        self.samples = {}  # load key -> list of seconds per call
+
+
+# -- timing --------------------------------------------------------------------------------
+def percentile(values, q):
+    return float(np.percentile(np.asarray(values), q))
+
+
+def time_loads(targets, texts, args):
+    loads = [(length, 1) for length in LENGTHS] + [(length, args.batch_size) for length in LENGTHS]
+    for length, batch in loads:
+        key = f"{length}/b{batch}"
+        pool = texts[length]
+        calls_main = args.requests if batch == 1 else args.batches
+        calls_other = args.variant_requests if batch == 1 else args.variant_batches
+        # warm-up: one call each (graph optimizations, XLA compilation of this shape).
+        for t in targets:
+            t.worker.ask(op="time", model=t.model, batches=[pool[:batch]] * 2)
+        t0 = time.time()
+        for r in range(args.rounds):
+            order = targets[r % len(targets):] + targets[:r % len(targets)]
+            for t in order:
+                total = calls_main if t.main else calls_other
+                n = total // args.rounds + (1 if r < total % args.rounds else 0)
+                if n == 0:
+                    continue
+                start = (r * 7919 + (0 if t.main else 13)) % len(pool)
+                batches = [[pool[(start + i * batch + j) % len(pool)] for j in range(batch)] for i in range(n)]
+                t.samples.setdefault(key, []).extend(t.worker.ask(op="time", model=t.model, batches=batches))
+                time.sleep(args.pause)
+        print(f"timed {key} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+
+def summarize(targets, args):
+    rows = {}
+    for t in targets:
+        for key, secs in t.samples.items():
+            batch = int(key.split("/b")[1])
+            row = {"calls": len(secs), "p50_ms": 1e3 * percentile(secs, 50), "p99_ms": 1e3 * percentile(secs, 99),
+                   "sentences_per_s": batch / float(np.median(secs))}
+            rows.setdefault(key, {})[t.name] = row
+    return rows
+
+
+def run(args):
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_")
+    os.makedirs(work, exist_ok=True)
+    paths, hf = make_exports(args, work)
+    levers = [x for x in args.levers.split(",") if x]
+    texts = {length: make_texts(n, 256, seed=i) for i, (length, n) in enumerate(LENGTHS.items())}
+
+    workers = {}
+    try:
+        return _run(args, work, paths, hf, levers, texts, workers)
+    finally:
+        for w in workers.values():
+            w.close()
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args, work, paths, hf, levers, texts, workers):
+    tf_worker = Worker("tf", {"models": paths})
+    torch_worker = Worker("torch", {"hf": hf, "max_length": MAX_SEQ_LENGTH})
+    workers.update(tf=tf_worker, torch=torch_worker)
+    if "realformer_tf" in tf_worker.info["python_modules"]:
+        raise RuntimeError("the tf worker imported realformer_tf")
+    targets = [
+        Target("ours", tf_worker, "vanilla", True, "vanilla SavedModel, serving_default, TF defaults"),
+        Target("transformers", torch_worker, None, True, "BertTokenizerFast + BertForSequenceClassification"),
+        Target("realformer", tf_worker, "realformer", False, "RealFormer SavedModel"),
+        Target("normformer", tf_worker, "normformer", False, "NormFormer SavedModel"),
+        Target("etc", tf_worker, "etc", False, f"ETC SavedModel, max_seq_length {ETC_MAX_SEQ_LENGTH}"),
+    ]
+    for name in paths:
+        if "+" in name:
+            targets.append(Target(name, tf_worker, name, False, f"lever {name.split('+')[1]}"))
+    if "threads" in levers:
+        for intra, inter in ((1, 1), (2, 1)):
+            worker = Worker("tf", {"models": {"vanilla": paths["vanilla"]}, "intra": intra, "inter": inter})
+            workers[f"tf_{intra}_{inter}"] = worker
+            targets.append(Target(f"vanilla+threads_{intra}_{inter}", worker, "vanilla", False,
+                                  f"intra_op {intra}, inter_op {inter}"))
+
+    # Equality first: the same texts through every target, vs the transformers side.
+    check = {}
+    reference = None
+    for length in LENGTHS:
+        sample = texts[length][:8]
+        ref = np.array(torch_worker.ask(op="probs", model=None, texts=sample))
+        ours = np.array(tf_worker.ask(op="probs", model="vanilla", texts=sample))
+        check.setdefault("ours_vs_transformers", []).append(float(np.abs(ours - ref).max()))
+        for t in targets:
+            if t.worker is not torch_worker and t.model != "vanilla" and "+" in t.name and t.model:
+                base = "etc" if t.model.startswith("etc") else "vanilla"
+                got = np.array(t.worker.ask(op="probs", model=t.model, texts=sample))
+                want = np.array(tf_worker.ask(op="probs", model=base, texts=sample))
+                check.setdefault(f"{t.name}_vs_{base}", []).append(float(np.abs(got - want).max()))
+        reference = ref if reference is None else reference
+    check = {k: max(v) for k, v in check.items()}
+    print("max |probabilities difference|: " + ", ".join(f"{k} {v:.2e}" for k, v in check.items()), flush=True)
+    if check["ours_vs_transformers"] > TOLERANCE:
+        raise SystemExit(f"error: ours and transformers differ by {check['ours_vs_transformers']:.2e} > {TOLERANCE}")
+
+    time_loads(targets, texts, args)
+    rows = summarize(targets, args)
+    return {
+        "model": "quick (2L/32/2 heads/64)" if args.quick else "BERT-Base (12L/768/12 heads/3072)",
+        "quick": args.quick, "batch_size": args.batch_size, "max_seq_length": MAX_SEQ_LENGTH,
+        "etc_max_seq_length": ETC_MAX_SEQ_LENGTH, "words": LENGTHS,
+        "requests": args.requests, "batches": args.batches, "variant_requests": args.variant_requests,
+        "variant_batches": args.variant_batches, "rounds": args.rounds,
+        "equality_max_abs_diff": check, "tolerance": TOLERANCE,
+        "targets": {t.name: t.description for t in targets},
+        "threads": {name: w.info["threads"] for name, w in workers.items()},
+        "versions": dict(torch_worker.info.get("versions", {}), tensorflow=_tf_version(), python=platform.python_version()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "results": rows,
+    }
+
+
+def _tf_version():
+    import tensorflow as tf
+    return tf.__version__
+
+
+# -- reporting -----------------------------------------------------------------------------
+def _time_ratio(rows, key, name, base):
+    """time / base's time: p50 latency at batch 1, time per sentence at batch > 1."""
+    a, b = rows[key].get(name), rows[key].get(base)
+    if a is None or b is None:
+        return None
+    if key.endswith("/b1"):
+        return a["p50_ms"] / b["p50_ms"]
+    return b["sentences_per_s"] / a["sentences_per_s"]
+
+
+def format_tables(result):
+    rows = result["results"]
+    lines = ["| text | load | ours (SavedModel) | transformers (PyTorch) | ours / transformers "
+             "| RealFormer / vanilla | NormFormer / vanilla | ETC-512 / vanilla |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key in rows:
+        length, batch = key.split("/b")
+        o, h = rows[key]["ours"], rows[key]["transformers"]
+        ratios = [_time_ratio(rows, key, n, "ours") for n in ("realformer", "normformer", "etc")]
+        fmt = lambda r: "-" if r is None else f"{r:.2f}x"  # noqa: E731
+        if batch == "1":
+            cells = [f"p50 {o['p50_ms']:.1f} / p99 {o['p99_ms']:.1f} ms", f"p50 {h['p50_ms']:.1f} / p99 {h['p99_ms']:.1f} ms",
+                     f"{o['p50_ms'] / h['p50_ms']:.2f}x latency"]
+        else:
+            cells = [f"{o['sentences_per_s']:.1f} sent/s", f"{h['sentences_per_s']:.1f} sent/s",
+                     f"{o['sentences_per_s'] / h['sentences_per_s']:.2f}x throughput"]
+        lines.append(f"| {length} | batch {batch} | " + " | ".join(cells + [fmt(r) for r in ratios]) + " |")
+    levers = sorted({n for r in rows.values() for n in r if "+" in n})
+    if levers:
+        lines += ["", "| lever (time / its baseline) | " + " | ".join(rows) + " |",
+                  "| --- |" + " --- |" * len(rows)]
+        for name in levers:
+            base = "etc" if name.startswith("etc") else "ours"
+            cells = [_time_ratio(rows, key, name, base) for key in rows]
+            lines.append(f"| {name} | " + " | ".join("-" if c is None else f"{c:.2f}x" for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def markdown_report(result):
+    eq = result["equality_max_abs_diff"]
+    return "\n".join([
+        f"# Serving: {result['model']}, {result['machine']}", "",
+        f"Versions: {json.dumps(result['versions'])}; threads (intra, inter): {json.dumps(result['threads'])}.",
+        f"Batch 1: {result['requests']} requests per length (other targets {result['variant_requests']}); "
+        f"batch {result['batch_size']}: {result['batches']} calls (others {result['variant_batches']}); "
+        f"{result['rounds']} interleaved rounds. Ratios < 1: faster than the baseline.", "",
+        "Max |probabilities difference| on the same texts: " + ", ".join(f"{k} {v:.1e}" for k, v in eq.items())
+        + f" (tolerance {result['tolerance']:g}).", "",
+        format_tables(result), ""])
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    result = run(args)
+    print(format_tables(result))
+    for path, text in ((args.json_out, json.dumps(result, indent=2)), (args.markdown_out, markdown_report(result))):
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text + "\n")
+    print(json.dumps(result, separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    main()
