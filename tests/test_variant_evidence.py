@@ -305,3 +305,25 @@ def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     names = dict(tf.train.list_variables(str(tmp_path / "etc_model.ckpt")))
     assert "classifier/output_weights" in names and any(n.startswith("etc/") for n in names)
+
+
+def test_etc_evidence_runs_through_the_family_and_random_weights_tell_nothing(tmp_path):
+    """ETC (our layout) without the field: the same evidence through the ETC family's
+    inputs; random weights give no clear margin, a classifier checkpoint no head."""
+    from realformer_tf.etc_modeling import EtcClassifierModel, EtcConfig, EtcPretrainingModel
+
+    values = h.tiny_etc_config_dict()
+    del values["residual_attention"]
+    config = EtcConfig.from_dict(values)
+    family = get_family("etc")
+    prefix = EtcPretrainingModel(EtcConfig(**h.tiny_etc_config_dict())) \
+        .save_etc_checkpoint(str(tmp_path / "p" / "etc_model.ckpt"))
+    evidence = ve.measure(family, config, prefix)
+    assert np.isfinite([evidence.loss_on, evidence.loss_off]).all() and evidence.decision is None
+    with pytest.raises(ConfigError, match="do not tell clearly"):
+        ve.resolve(family, config, prefix)
+    classifier = EtcClassifierModel(EtcConfig(**h.tiny_etc_config_dict()), num_labels=2)
+    prefix = classifier.save_etc_checkpoint(str(tmp_path / "c" / "etc_model.ckpt"))
+    with pytest.raises(ConfigError, match="no masked-LM head"):
+        ve.resolve(family, config, prefix)
+    assert ve.resolve(family, EtcConfig(**h.tiny_etc_config_dict()), prefix).residual_attention is True  # stated
