@@ -17,6 +17,7 @@ from realformer_tf import cli, require_tensorflow_backend
 
 # Where the GPU driver exposes its devices; without them TensorFlow's CUDA probe can only fail.
 _NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+_HELP_FLAGS = ("--help", "-help", "--helpfull", "--helpshort", "--helpxml", "-h", "-?")
 _CUDA_PROBE_NOISE = ("failed call to cuInit", "Could not find cuda drivers")
 
 
@@ -35,7 +36,13 @@ def run_main(main, doc, required_flags=()):
     for name in required_flags:
         flags.mark_flag_as_required(name)
     start_devices_quietly()  # before absl's run: TensorFlow's after-init hook lists the GPUs
-    absl_app.run(cli.run(_as_tensorflow_job(main)))
+    try:
+        absl_app.run(cli.run(_as_tensorflow_job(main)))
+    except SystemExit as exit_:
+        # absl exits 1 after printing the help it was asked for; asking is not an error.
+        if exit_.code == 1 and any(arg.split("=")[0] in _HELP_FLAGS for arg in sys.argv[1:]):
+            sys.exit(0)
+        raise
 
 
 def _as_tensorflow_job(main):
