@@ -152,9 +152,13 @@ def patched(obj, name, value):
         setattr(obj, name, old)
 
 
-def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_LENGTH, input_options=None):
+def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_LENGTH, input_options=None,
+               reuse=False):
     """export_model into `path`/1 with a lever applied (None: the export as shipped)."""
     from realformer_tf import export
+
+    if reuse and os.path.isdir(os.path.join(path, "1")):
+        return os.path.join(path, "1")
 
     kwargs = dict(task="classifier", vocab_file=VOCAB_FILE, do_lower_case=True, max_seq_length=max_seq_length,
                   label_names=["0", "1"], version=1, family=family, input_options=input_options)
@@ -215,9 +219,9 @@ def make_exports(args, work):
         elif kind == "etc":
             etc = dict(family=get_family("etc"), max_seq_length=ETC_MAX_SEQ_LENGTH, input_options=RunOptions(
                 etc_tokens_per_global=ETC_TOKENS_PER_GLOBAL, max_seq_length=ETC_MAX_SEQ_LENGTH))
-            paths["etc"] = export_one(model, os.path.join(work, "etc"), **etc)
+            paths["etc"] = export_one(model, os.path.join(work, "etc"), reuse=args.reuse, **etc)
             if "etc_max" in levers:
-                paths["etc+etc_max"] = export_one(model, os.path.join(work, "etc_max"), lever="etc_max", **etc)
+                paths["etc+etc_max"] = export_one(model, os.path.join(work, "etc_max"), lever="etc_max", reuse=args.reuse, **etc)
         else:
             paths[kind] = export_one(model, os.path.join(work, kind))
         print(f"exported {kind} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
@@ -324,7 +328,7 @@ def percentile(values, q):
     return float(np.percentile(np.asarray(values), q))
 
 
-def time_loads(targets, texts, args):
+def time_loads(targets, texts, args, on_load=None):
     loads = [(length, 1) for length in LENGTHS] + [(length, args.batch_size) for length in LENGTHS]
     for length, batch in loads:
         key = f"{length}/b{batch}"
@@ -347,6 +351,8 @@ def time_loads(targets, texts, args):
                 t.samples.setdefault(key, []).extend(t.worker.ask(op="time", model=t.model, batches=batches))
                 time.sleep(args.pause)
         print(f"timed {key} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+        if on_load:
+            on_load()
 
 
 def summarize(targets, args):
@@ -420,21 +426,28 @@ def _run(args, work, paths, hf, levers, texts, workers):
     if check["ours_vs_transformers"] > TOLERANCE:
         raise SystemExit(f"error: ours and transformers differ by {check['ours_vs_transformers']:.2e} > {TOLERANCE}")
 
-    time_loads(targets, texts, args)
-    rows = summarize(targets, args)
-    return {
-        "model": "quick (2L/32/2 heads/64)" if args.quick else "BERT-Base (12L/768/12 heads/3072)",
-        "quick": args.quick, "batch_size": args.batch_size, "max_seq_length": MAX_SEQ_LENGTH,
-        "etc_max_seq_length": ETC_MAX_SEQ_LENGTH, "words": LENGTHS,
-        "requests": args.requests, "batches": args.batches, "variant_requests": args.variant_requests,
-        "variant_batches": args.variant_batches, "rounds": args.rounds,
-        "equality_max_abs_diff": check, "tolerance": TOLERANCE,
-        "targets": {t.name: t.description for t in targets},
-        "threads": {name: w.info["threads"] for name, w in workers.items()},
-        "versions": dict(torch_worker.info.get("versions", {}), tensorflow=_tf_version(), python=platform.python_version()),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "results": rows,
-    }
+    def result():
+        return {
+            "model": "quick (2L/32/2 heads/64)" if args.quick else "BERT-Base (12L/768/12 heads/3072)",
+            "quick": args.quick, "batch_size": args.batch_size, "max_seq_length": MAX_SEQ_LENGTH,
+            "etc_max_seq_length": ETC_MAX_SEQ_LENGTH, "words": LENGTHS,
+            "requests": args.requests, "batches": args.batches, "variant_requests": args.variant_requests,
+            "variant_batches": args.variant_batches, "rounds": args.rounds,
+            "equality_max_abs_diff": check, "tolerance": TOLERANCE,
+            "targets": {t.name: t.description for t in targets},
+            "threads": {name: w.info["threads"] for name, w in workers.items()},
+            "versions": dict(torch_worker.info.get("versions", {}), tensorflow=_tf_version(), python=platform.python_version()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "results": summarize(targets, args),
+        }
+
+    def save_partial():  # a run cut short still leaves the loads it finished
+        if args.json_out:
+            with open(args.json_out + ".partial", "w") as f:
+                json.dump(result(), f, indent=2)
+
+    time_loads(targets, texts, args, save_partial)
+    return result()
 
 
 def _tf_version():
