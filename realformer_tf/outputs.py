@@ -73,7 +73,14 @@ def check_output_dir(path, flag="--output_dir", label=None):
     label = label or f"{flag}={path}"
     if not is_local(path):
         fs = gfile()
-        if fs.exists(path) and not fs.isdir(path):
+        try:
+            is_file = fs.exists(path) and not fs.isdir(path)
+        except Exception:  # noqa: BLE001  (unreachable now: no network, no credentials yet)
+            # The run's own set-up (TPU, credentials) may be what makes the bucket
+            # reachable, and its first contact reports such errors in one line; the
+            # first write reports anything left.
+            return
+        if is_file:
             raise OutputPathError(f"{label} is a file, not a folder; give a folder path")
         return
     absolute = os.path.abspath(path)
