@@ -158,11 +158,27 @@ def from_texts(texts, tokenizer, max_length, what):
 
 
 # -- evidence -----------------------------------------------------------------------------
-def _masked_lm_loss(family, config, prefix, batch, options):
+def _masked_lm_losses(family, config, prefix, batch, options):
+    """{residual_attention: masked-LM loss} for True and False. The checkpoint is read
+    once: residual attention adds no weight, so the second model takes the first's."""
+    losses, weights = {}, None
+    for value in (True, False):
+        model = family.build_model(dataclasses.replace(config, residual_attention=value), "pretraining",
+                                   dtype="float32")
+        if weights is None:
+            family.load_checkpoint(model, prefix)
+            weights = model.get_weights()
+        else:
+            if not model.built:
+                model.build()
+            model.set_weights(weights)
+        losses[value] = _masked_lm_loss(model, family, config, batch, options)
+    return losses
+
+
+def _masked_lm_loss(model, family, config, batch, options):
     import tensorflow as tf
 
-    model = family.build_model(config, "pretraining", dtype="float32")
-    family.load_checkpoint(model, prefix)
     features = {k: tf.constant(v) for k, v in batch.items()}
     features = family.adapt_features(features, config, options)
     logits = np.asarray(model(features, training=False)["masked_lm_logits"], np.float64)
@@ -181,9 +197,7 @@ def measure(family, config, prefix, examples=None, options=None):
     if examples is None:
         examples = deterministic_sample(config.vocab_size, family.max_length(config) or 512)
     options = options or types.SimpleNamespace(etc_tokens_per_global=16)
-    losses = {value: _masked_lm_loss(family, dataclasses.replace(config, residual_attention=value),
-                                     prefix, examples.batch, options)
-              for value in (True, False)}
+    losses = _masked_lm_losses(family, config, prefix, examples.batch, options)
     return Evidence(losses[True], losses[False], examples.what, config.vocab_size)
 
 
