@@ -586,7 +586,7 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
         f"{family.name}_config": config.to_dict(), "do_lower_case": bool(do_lower_case),
         "max_seq_length": int(max_seq_length), "label_names": label_names,
         # A static-length family pads in the model part (to a length bucket) instead.
-        "pad_to_max_seq_length": bool(pad_to_max_seq_length or (family.static_length and not ETC_LENGTH_BUCKETS)),
+        "pad_to_max_seq_length": bool(pad_to_max_seq_length),
         "is_regression": bool(is_regression),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **(family.run_identity(input_options) if input_options is not None else {}),
