@@ -238,4 +238,5 @@ def _compiler_version(compiler):
         result = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError) as error:
         return f"unknown ({error})"
-    return (result.stdout or result.stderr).strip().splitlines()[0] if (result.stdout or result.stderr) else "unknown"
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"
