@@ -217,18 +217,13 @@ def stock_transformers_computes(config):
     return not config.residual_attention and config.layer_norm_type == "post"
 
 
-def read_json(path):
-    """The JSON value of a (small) file; ConfigError naming it when it is not JSON."""
-    return read_json_file(path)
-
-
 def load_hf_config(path):
     """BertConfig of a Hugging Face folder, or of its config.json."""
     if gfile().isdir(path):
         path = os.path.join(path, CONFIG_NAME)
     if not gfile().exists(path):
         raise ConfigError(f"{path} does not exist; give a Hugging Face folder with {CONFIG_NAME}")
-    return config_from_hf_dict(read_json(path), source=path)
+    return config_from_hf_dict(read_json_file(path), source=path)
 
 
 # -- weights ------------------------------------------------------------------------------
@@ -250,7 +245,7 @@ def _index_shards(index, folder):
     """The shard file names a `model.safetensors.index.json` names, each a plain file
     name of `folder` (never a path: an index must not make us read other files)."""
     try:
-        values = read_json(index)
+        values = read_json_file(index)
     except ConfigError as e:
         raise CheckpointError(str(e)) from None
     weight_map = values.get("weight_map") if isinstance(values, dict) else None

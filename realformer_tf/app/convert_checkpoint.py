@@ -63,8 +63,9 @@ def _main(argv):
     print(config.describe(), flush=True)
     if f.output_format == "hf":
         hf_checkpoint.check_exportable(config, f.output_checkpoint, f.hf_allow_variant)
-        if convert.hf_warning(config):
-            print(convert.hf_warning(config), flush=True)
+        warning = convert.hf_warning(config)
+        if warning:
+            print(warning, flush=True)
     source, written = convert.convert(
         config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format,
         family=family, allow_variant=f.hf_allow_variant)
