@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # The repository's own commands run on TensorFlow; the package never sets the backend.
 export KERAS_BACKEND ?= tensorflow
 
-.PHONY: demo test test-fast venv install-tpu bench bench-serving clean
+.PHONY: demo test test-fast venv install-tpu bench bench-serving docs-tables clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench-serving: $(TEST_STAMP)
 	$(PIP) -r requirements-bench.txt
 	$(PY) benchmarks/benchmark_serving.py \
 	    --json_out benchmarks/results/serving.json --markdown_out benchmarks/results/serving.md
+
+# Copy the benchmark tables from benchmarks/results/ into README.md and docs/*.md
+# (between `<!-- table: ... -->` markers); tests/test_doc_tables.py checks they match.
+docs-tables:
+	$(PYTHON) tools/render_doc_tables.py
 
 clean:
 	rm -rf demo_output

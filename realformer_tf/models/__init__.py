@@ -1,0 +1,1 @@
+"""Model definitions: the config base, the named variants, and one subpackage per family (BERT, ETC). Pure Keras; no checkpoint formats."""

@@ -1,0 +1,1 @@
+"""BERT / RealFormer / NormFormer: config, Keras models, and the original modeling.py API."""

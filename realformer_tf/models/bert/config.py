@@ -1,0 +1,284 @@
+"""`BertConfig`: the original `bert_config.json` fields plus the RealFormer / NormFormer
+switches, with validation that names the offending field; and the Hugging Face
+`config.json` dialect, both ways (which settings this package computes, and their
+translation; the weights side is `realformer_tf.checkpoints.hf`)."""
+
+import dataclasses
+import os
+
+import numpy as np
+from absl import logging
+
+from realformer_tf.errors import ConfigError, VariantExportError
+from realformer_tf.fileio import gfile
+from realformer_tf.layers.activations import ACTIVATION_NAMES
+from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
+from realformer_tf.layers.transformer import LAYER_NORM_TYPES
+from realformer_tf.models.config import IGNORED_RELEASE_FIELDS, JsonConfig, check_field_names, check_size_limits, read_json_file
+
+@dataclasses.dataclass
+class BertConfig(JsonConfig):
+    """Configuration of a BERT / RealFormer / NormFormer encoder.
+
+    The first eleven fields are the original BERT ones, with its defaults. Google BERT
+    and RealFormer releases both ship just those eleven: a file without
+    `residual_attention` leaves it unstated (`residual_attention_stated` False; the
+    value meanwhile is the default, true), and loading weights then decides it from them
+    (`realformer_tf.checkpoints.variant_evidence`) or asks to state it. Training from scratch keeps
+    the default (RealFormer). Every file this package writes states it.
+    """
+
+    file_description = "bert_config_file"
+    ignored_fields = IGNORED_RELEASE_FIELDS
+
+    vocab_size: int
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 16
+    initializer_range: float = 0.02
+    # RealFormer
+    residual_attention: bool = True
+    use_running_mean: bool = False
+    # Normalization: "post" (BERT), "pre", "normformer" (Pre-LN + NormFormer's three ops)
+    layer_norm_type: str = "post"
+    normformer_head_scale_position: str = "before_projection"
+    normformer_residual_scale: bool = False
+
+    def __post_init__(self):
+        self._validate()
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_json_file(cls, path):
+        """Reads a bert_config.json. A Hugging Face BERT config.json (recognized by its
+        "model_type" key), or a Hugging Face model folder, is accepted too and translated
+        by `config_from_hf_dict` (its "gelu" is the exact erf GELU, our
+        "gelu_exact"; residual attention off)."""
+        if gfile().isdir(path):
+            path = os.path.join(path, "config.json")
+        values = cls._read_json_file(path)
+        if isinstance(values, dict) and "model_type" in values:
+            config = config_from_hf_dict(values, source=str(path))
+            logging.info("%s: Hugging Face config read as %s", path, config.describe())
+            return config
+        return cls.from_dict(values, source=str(path))
+
+    @classmethod
+    def from_dict(cls, values, source="config"):
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        values = check_field_names(values, known, cls.ignored_fields, source)
+        if "vocab_size" not in values:
+            raise ConfigError(f"{source}: the required field vocab_size is missing")
+        try:
+            config = cls(**values)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        config.residual_attention_stated = "residual_attention" in values
+        return config
+
+    def describe(self):
+        """One line that names the variant, e.g. for the first lines of every script."""
+        name = "RealFormer" if self.residual_attention else "BERT"
+        if self.layer_norm_type == "normformer":
+            name += "+NormFormer" if self.residual_attention else " NormFormer"
+        parts = [
+            f"residual attention {'on' if self.residual_attention else 'off'}",
+            f"{self.layer_norm_type}-LN" if self.layer_norm_type != "normformer" else "normformer (pre-LN)",
+            f"running mean {'on' if self.use_running_mean and self.residual_attention else 'off'}",
+        ]
+        if self.layer_norm_type == "normformer":
+            parts.append(f"head scale {self.normformer_head_scale_position}")
+            parts.append(f"residual scale {'on' if self.normformer_residual_scale else 'off'}")
+        size = (
+            f"{self.num_hidden_layers}L/{self.num_attention_heads}H/{self.hidden_size}"
+            f"/{self.intermediate_size}"
+        )
+        return f"{name}: {', '.join(parts)} [{size}, vocab {self.vocab_size}]"
+
+    # -- validation ---------------------------------------------------------------------
+    def _validate(self):
+        for name in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "max_position_embeddings", "type_vocab_size",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        check_size_limits(self)
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if (isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float))
+                or not 0 < self.initializer_range < float("inf")):
+            raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
+        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position"):
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
+        for name in ("residual_attention", "use_running_mean", "normformer_residual_scale"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.hidden_act not in ACTIVATION_NAMES:
+            raise ConfigError(
+                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATION_NAMES)}"
+            )
+        if self.layer_norm_type not in LAYER_NORM_TYPES:
+            raise ConfigError(
+                f"layer_norm_type {self.layer_norm_type!r} is not one of {', '.join(LAYER_NORM_TYPES)}"
+            )
+        if self.normformer_head_scale_position not in HEAD_SCALE_POSITIONS:
+            raise ConfigError(
+                f"normformer_head_scale_position {self.normformer_head_scale_position!r} is not "
+                f"one of {', '.join(HEAD_SCALE_POSITIONS)}"
+            )
+        if self.normformer_residual_scale and self.layer_norm_type != "normformer":
+            raise ConfigError(
+                'normformer_residual_scale needs "layer_norm_type": "normformer"'
+            )
+
+
+# -- the Hugging Face config.json dialect ---------------------------------------------
+CONFIG_NAME = "config.json"
+# model_type of the folders `save_hf_folder(..., allow_variant=True)` writes for
+# variants stock transformers cannot compute: a type transformers does not know, so
+# that AutoModel / AutoConfig refuse the folder instead of computing plain BERT.
+VARIANT_MODEL_TYPE = "realformer_bert"
+VARIANT_ARCHITECTURE_PREFIX = "RealFormerTf"
+WEIGHTS_NAME = "model.safetensors"
+LAYER_NORM_EPSILON = 1e-12  # the only value our models compute with (as BERT)
+
+# hidden_act: Hugging Face name -> ours. HF "gelu" is the exact erf form; BERT's (and
+# our) "gelu" is the tanh approximation, which HF calls gelu_new / gelu_pytorch_tanh /
+# gelu_fast (three spellings of the same function).
+_ACTIVATIONS_FROM_HF = {
+    "gelu": "gelu_exact", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
+    "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu", "linear": "linear",
+}
+_ACTIVATIONS_TO_HF = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu", "tanh": "tanh",
+                      "silu": "silu", "swish": "silu", "linear": "linear"}
+_SIZE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                "max_position_embeddings", "type_vocab_size", "initializer_range")
+# Our fields beyond BERT's, stored in config.json for the variants stock BERT lacks.
+VARIANT_FIELDS = ("residual_attention", "use_running_mean", "layer_norm_type",
+               "normformer_head_scale_position", "normformer_residual_scale")
+
+
+# -- config -------------------------------------------------------------------------------
+def _refuse(source, field, value, what_to_do):
+    raise ConfigError(f"{source}: {field}={value!r} is not computed by this package; {what_to_do}")
+
+
+def _check_computable(values, source):
+    """Refuses Hugging Face settings that change the computation in ways we lack."""
+    if values.get("model_type", "bert") not in ("bert", VARIANT_MODEL_TYPE):
+        _refuse(source, "model_type", values["model_type"], "only BERT folders (model_type bert) are read")
+    if values.get("position_embedding_type", "absolute") != "absolute":
+        _refuse(source, "position_embedding_type", values["position_embedding_type"],
+                "only absolute position embeddings are supported")
+    for field in ("is_decoder", "add_cross_attention"):
+        if values.get(field):
+            _refuse(source, field, values[field], "give an encoder-only BERT")
+    if values.get("pruned_heads"):
+        _refuse(source, "pruned_heads", values["pruned_heads"], "give a model without pruned heads")
+    eps = values.get("layer_norm_eps", LAYER_NORM_EPSILON)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise ConfigError(f"{source}: layer_norm_eps must be a number, got {eps!r}")
+    if not np.isclose(eps, LAYER_NORM_EPSILON, rtol=1e-6, atol=0):
+        _refuse(source, "layer_norm_eps", eps, f"our LayerNorms use BERT's {LAYER_NORM_EPSILON}")
+    act = values.get("hidden_act", "gelu")
+    if not isinstance(act, str):
+        raise ConfigError(f"{source}: hidden_act must be a string, got {act!r}")
+    if act not in _ACTIVATIONS_FROM_HF:
+        _refuse(source, "hidden_act", act, f"use one of {', '.join(sorted(_ACTIVATIONS_FROM_HF))}")
+
+
+def config_from_hf_dict(values, source="config.json"):
+    """BertConfig from a Hugging Face BERT `config.json` dict.
+
+    The sizes, dropouts and initializer range carry over; `hidden_act` is translated
+    (HF "gelu" = exact erf GELU = our "gelu_exact"); residual attention is off (a stock
+    HF BERT is vanilla) unless the file carries our own fields (folders written by
+    `save_hf_folder`). Everything else is metadata, generation or training settings and
+    is ignored with one log line.
+
+    Raises:
+        ConfigError naming the field, for settings we cannot compute (model_type other
+        than bert, relative position embeddings, decoders, pruned heads, layer_norm_eps
+        other than 1e-12, unknown activations).
+    """
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+    _check_computable(values, source)
+    if values.get("model_type") == VARIANT_MODEL_TYPE and "residual_attention" not in values:
+        raise ConfigError(f"{source}: model_type {VARIANT_MODEL_TYPE} without residual_attention; "
+                          "write the folder again with realformer_tf")
+    if "vocab_size" not in values:
+        raise ConfigError(f"{source}: the required field vocab_size is missing")
+    ours = {k: values[k] for k in _SIZE_FIELDS if k in values}
+    ours["hidden_act"] = _ACTIVATIONS_FROM_HF[values.get("hidden_act", "gelu")]
+    ours["residual_attention"] = False
+    ours.update({k: values[k] for k in VARIANT_FIELDS if k in values})
+    used = set(_SIZE_FIELDS) | set(VARIANT_FIELDS) | {"hidden_act", "layer_norm_eps", "model_type"}
+    ignored = sorted(set(values) - used)
+    if ignored:
+        logging.info("%s: Hugging Face fields without effect on the computation ignored: %s",
+                     source, ", ".join(ignored))
+    try:
+        return BertConfig(**ours)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+def config_to_hf_dict(config, architecture):
+    """The Hugging Face `config.json` dict of a BertConfig (see `save_hf_folder`)."""
+    values = {field: getattr(config, field) for field in _SIZE_FIELDS}
+    values.update(
+        architectures=[architecture], model_type="bert",
+        hidden_act=_ACTIVATIONS_TO_HF[config.hidden_act], layer_norm_eps=LAYER_NORM_EPSILON,
+        position_embedding_type="absolute", pad_token_id=0, tie_word_embeddings=True,
+    )
+    if not stock_transformers_computes(config):
+        values.update({field: getattr(config, field) for field in VARIANT_FIELDS})
+        values.update(model_type=VARIANT_MODEL_TYPE, architectures=[VARIANT_ARCHITECTURE_PREFIX + architecture])
+    return values
+
+
+def check_exportable(config, folder, allow_variant=False):
+    """Raises VariantExportError for a variant stock transformers cannot compute,
+    unless `allow_variant` (see `save_hf_folder`)."""
+    if not stock_transformers_computes(config) and not allow_variant:
+        raise VariantExportError(
+            f"{folder}: {config.describe()} is not plain post-LN BERT, the only model stock "
+            "transformers computes: it would load the folder and compute something else. Write an "
+            "original-named checkpoint instead, or opt in (allow_variant=True; convert_checkpoint.py "
+            f"--hf_allow_variant) to a folder with model_type {VARIANT_MODEL_TYPE!r} that transformers "
+            "refuses and only realformer_tf reads")
+
+
+def stock_transformers_computes(config):
+    """True when transformers' BertModel computes what our model with `config` does:
+    vanilla attention in BERT's post-LN order."""
+    return not config.residual_attention and config.layer_norm_type == "post"
+
+
+def load_hf_config(path):
+    """BertConfig of a Hugging Face folder, or of its config.json."""
+    if gfile().isdir(path):
+        path = os.path.join(path, CONFIG_NAME)
+    if not gfile().exists(path):
+        raise ConfigError(f"{path} does not exist; give a Hugging Face folder with {CONFIG_NAME}")
+    return config_from_hf_dict(read_json_file(path), source=path)

@@ -1,0 +1,1 @@
+"""ETC (global-local attention) with residual attention: config, Keras models, input features."""

@@ -1,0 +1,1 @@
+"""Research tools: attention analysis, the seeded study and its report."""

@@ -1,0 +1,1 @@
+"""Serving: the raw-text encoder (tensorflow-text) and SavedModel export."""

@@ -1,0 +1,77 @@
+"""tools/render_doc_tables.py: docs' benchmark tables equal the results files' tables."""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TOOL = ROOT / "tools" / "render_doc_tables.py"
+
+RESULTS = """# A fake benchmark
+
+Some prose.
+
+| a | b |
+| --- | --- |
+| 1 | 2 |
+
+| second | table |
+| --- | --- |
+| x | y |
+"""
+
+DOC = """# Perf
+
+<!-- table: benchmarks/results/fake.md -->
+| a | b |
+| --- | --- |
+| 1 | 999 |
+<!-- end table -->
+
+<!-- table: benchmarks/results/fake.md#2 -->
+<!-- end table -->
+after
+"""
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def _fake_repo(tmp_path, doc=DOC):
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "fake.md").write_text(RESULTS)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "perf.md").write_text(doc)
+    (tmp_path / "README.md").write_text("# no tables here\n")
+    return tmp_path / "docs" / "perf.md"
+
+
+def test_check_finds_stale_table_and_render_fixes_it(tmp_path):
+    doc = _fake_repo(tmp_path)
+    stale = _run("--check", "--root", str(tmp_path))
+    assert stale.returncode == 1, stale.stdout + stale.stderr
+    assert "perf.md: is stale" in stale.stdout
+    assert doc.read_text() == DOC  # --check writes nothing
+
+    assert _run("--root", str(tmp_path)).returncode == 0
+    text = doc.read_text()
+    assert "| 1 | 2 |" in text and "999" not in text
+    assert "| x | y |" in text and text.endswith("after\n")
+    assert _run("--check", "--root", str(tmp_path)).returncode == 0
+
+
+def test_missing_results_file_and_unclosed_marker_are_errors(tmp_path):
+    _fake_repo(tmp_path, doc="<!-- table: benchmarks/results/nope.md -->\n<!-- end table -->\n")
+    missing = _run("--check", "--root", str(tmp_path))
+    assert missing.returncode == 2 and "nope.md does not exist" in missing.stderr
+    (tmp_path / "docs" / "perf.md").write_text("<!-- table: benchmarks/results/fake.md -->\n")
+    unclosed = _run("--check", "--root", str(tmp_path))
+    assert unclosed.returncode == 2 and "no '<!-- end table -->'" in unclosed.stderr
+
+
+def test_repository_docs_match_results_files():
+    result = _run("--check", "--root", str(ROOT))
+    assert result.returncode == 0, (result.stdout + result.stderr
+                                    + "\nrun `make docs-tables` to copy the results in")
