@@ -75,3 +75,16 @@ def test_repository_docs_match_results_files():
     result = _run("--check", "--root", str(ROOT))
     assert result.returncode == 0, (result.stdout + result.stderr
                                     + "\nrun `make docs-tables` to copy the results in")
+
+
+def test_json_results_render_through_their_benchmark_renderer(tmp_path):
+    doc = _fake_repo(tmp_path, doc="<!-- table: benchmarks/results/jit.json -->\n<!-- end table -->\n")
+    (tmp_path / "benchmarks" / "results" / "jit.json").write_text(
+        '{"benchmark": "trainer_step_jit", "rows": {"false": {"median_ms": 100.0, '
+        '"paired_ratio_to_false": 1.0, "cpu_ratio_to_false": 1.0}, "true": {"median_ms": 150.04, '
+        '"paired_ratio_to_false": 1.5, "cpu_ratio_to_false": 1.25}}}')
+    assert _run("--root", str(tmp_path)).returncode == 0
+    assert "| everything | 150.0 | 1.50 | 1.25 |" in doc.read_text()
+    (tmp_path / "benchmarks" / "results" / "jit.json").write_text('{"benchmark": "unknown"}')
+    unknown = _run("--check", "--root", str(tmp_path))
+    assert unknown.returncode == 2 and "no table renderer" in unknown.stderr

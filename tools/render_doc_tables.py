@@ -8,8 +8,9 @@ markdown table of the named results file (the lines starting with `|`):
     | ... |
     <!-- end table -->
 
-`PATH#N` picks the file's N-th table (1-based; default the first). Paths are relative
-to the repository root. The docs scanned are README.md and docs/*.md (or the files
+`PATH#N` picks the file's N-th table (1-based; default the first). A `.json` results
+file is rendered by the function `JSON_RENDERERS` names for its "benchmark" field.
+Paths are relative to the repository root. The docs scanned are README.md and docs/*.md (or the files
 given on the command line).
 
 Usage:
@@ -21,6 +22,7 @@ results file is wrong (missing file, no such table, marker without its end).
 """
 
 import argparse
+import json
 import pathlib
 import re
 import sys
@@ -46,6 +48,48 @@ def tables_of(text):
     if current:
         tables.append(current)
     return tables
+
+
+def _limit_table(data):
+    """benchmark_limit.py's JSON: model FLOP/s as a fraction of the bare matmul loop."""
+    rows = ["| preset, batch | precision | limit (bare loop) | fwd+bwd / limit | train / limit |",
+            "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        shape = r["shape"]
+        name = "BERT-Base" if r["preset"] == "base" else r["preset"]
+        rows.append(f"| {name} ({shape['num_layers']}L/{shape['hidden_size']}/"
+                    f"{shape['intermediate_size']}, seq {shape['seq_length']}), {shape['batch_size']} "
+                    f"| {r['precision']} | {r['limit_gflops']:.0f} GFLOP/s ({'XLA' if r['limit'] == 'bare_xla' else 'no XLA'}) "
+                    f"| {r['fwd+bwd_fraction_of_limit']:.2f} | {r['train_fraction_of_limit']:.2f} |")
+    return rows
+
+
+def _jit_table(data):
+    """benchmark_jit.py's JSON: the Trainer step with nothing / the update / all compiled."""
+    names = {"false": "nothing (no XLA)", "update": "the optimizer update", "true": "everything"}
+    rows = ["| compiled with XLA | median ms | time / no XLA (paired) | CPU time / no XLA |",
+            "|---|---|---|---|"]
+    for key, r in data["rows"].items():
+        rows.append(f"| {names.get(key, key)} | {r['median_ms']:.1f} | "
+                    f"{r['paired_ratio_to_false']:.2f} | {r['cpu_ratio_to_false']:.2f} |")
+    return rows
+
+
+# A JSON results file is rendered by the function named by its "benchmark" field.
+JSON_RENDERERS = {"distance_to_matmul_limit": _limit_table, "trainer_step_jit": _jit_table}
+
+
+def source_tables(path):
+    """The tables of one results file: markdown tables of a .md, the rendered table of a .json."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix != ".json":
+        return tables_of(text)
+    data = json.loads(text)
+    renderer = JSON_RENDERERS.get(data.get("benchmark") if isinstance(data, dict) else None)
+    if renderer is None:
+        raise MarkerError(f"{path.name}: no table renderer for this JSON (known 'benchmark' "
+                          f"values: {', '.join(sorted(JSON_RENDERERS))})")
+    return [renderer(data)]
 
 
 def render(doc_text, root, doc_name="doc"):
@@ -76,7 +120,7 @@ def render(doc_text, root, doc_name="doc"):
             raise MarkerError(f"{doc_name}: results file {match['path']} does not exist "
                               "(run its benchmark, or fix the marker's path)")
         index = int(match["index"] or 1)
-        tables = tables_of(source.read_text(encoding="utf-8"))
+        tables = source_tables(source)
         if not 1 <= index <= len(tables):
             raise MarkerError(f"{doc_name}: {match['path']} has {len(tables)} table(s), "
                               f"the marker asks for table {index}")

@@ -1,0 +1,25 @@
+"""The public BERT API in one import, named as google-research/bert's `modeling.py`.
+
+    from realformer_tf import modeling
+
+    config = modeling.BertConfig.from_json_file("bert_config.json")
+    model = modeling.BertModel(config)
+    out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg})
+
+The classes live in `realformer_tf.models.bert`; the original module functions
+(`transformer_model`, `get_assignment_map_from_checkpoint`, ...) are described in
+docs/original_api.md. This module only re-exports.
+"""
+
+from realformer_tf.errors import CheckpointError, ConfigError  # noqa: F401
+from realformer_tf.models.bert.config import BertConfig  # noqa: F401
+from realformer_tf.models.bert.model import (  # noqa: F401
+    BertClassifierModel, BertModel, BertPretrainingModel, BertSquadModel,
+)
+from realformer_tf.models.bert.original_api import (  # noqa: F401
+    assert_rank, attention_layer, create_attention_mask_from_input_mask, create_initializer,
+    dropout, embedding_lookup, embedding_postprocessor, function_variables, gelu, get_activation,
+    get_assignment_map_from_checkpoint, get_shape_list, layer_norm, layer_norm_and_dropout,
+    realformer_model, reshape_from_matrix, reshape_to_matrix, residual_attention_layer,
+    transformer_model,
+)
