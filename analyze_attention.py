@@ -24,7 +24,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
 
 from absl import app, flags
 
-from realformer_tf import cli
+from realformer_tf.jobs import cli
 
 flags.DEFINE_string("checkpoints", None, "Comma-separated checkpoint prefixes or directories.")
 flags.DEFINE_string("labels", None, "Comma-separated legend labels, one per checkpoint "
@@ -59,7 +59,7 @@ def _default_label(checkpoint):
 
 def main(argv):
     del argv
-    from realformer_tf import analysis
+    from realformer_tf.research import analysis
 
     checkpoints = _split(FLAGS.checkpoints)
     cli.require(checkpoints, "--checkpoints is required (comma-separated prefixes or directories)")
@@ -90,7 +90,7 @@ def main(argv):
             return tf.data.Dataset.from_tensor_slices(examples).batch(FLAGS.batch_size)
 
     # Fail on a missing checkpoint or config before spending time on the others.
-    from realformer_tf.config import BertConfig
+    from realformer_tf.models.bert.config import BertConfig
 
     for i, checkpoint in enumerate(checkpoints):
         prefix = analysis.resolve(checkpoint)

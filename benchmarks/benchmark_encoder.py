@@ -129,7 +129,7 @@ def parse_args(argv=None):
     if args.warmup < 1:
         p.error("--warmup must be >= 1 (the first call traces and compiles)")
     if args.jit_compile == "auto":
-        from realformer_tf.training import resolve_jit_compile
+        from realformer_tf.training.trainer import resolve_jit_compile
 
         args.jit_modes = [resolve_jit_compile("auto")[0]]
     else:
@@ -246,7 +246,7 @@ def make_step(candidate, jit_compile):
 
 
 def traced_as_trained(step, candidate):
-    """`step`, traced (on its first call) as realformer_tf.training traces its steps:
+    """`step`, traced (on its first call) as realformer_tf.training.trainer traces its steps:
     inside `kernels.fused_cpu_kernels()`, unless the candidate has the `tf_ops` patch."""
     if not candidate.fused_kernels:
         return step

@@ -117,7 +117,7 @@ def time_pipeline(dataset, batches, repeats, batch_size):
 def make_steps(kind, shape, args_ns):
     """Returns (step_fn(features) -> loss, description)."""
     from realformer_tf import modeling
-    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
     config = be.bert_config(shape, {}, 0.1)  # the config defaults: RealFormer, post-LN
     if kind == "encoder":

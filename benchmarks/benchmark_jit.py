@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Which parts of a training step to compile with XLA on this machine: the evidence for
-`Trainer(jit_compile="auto")` (`realformer_tf.training.resolve_jit_compile`).
+`Trainer(jit_compile="auto")` (`realformer_tf.training.trainer.resolve_jit_compile`).
 
     .venv/bin/python benchmarks/benchmark_jit.py                 # small preset, pretraining
     .venv/bin/python benchmarks/benchmark_jit.py --variant normformer --repeats 10
@@ -64,8 +64,8 @@ def make_trainer_step(setting, config, model_dir):
     import keras
 
     from realformer_tf import optimization
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(0)
     trainer = Trainer(PretrainingTask(config), tf.distribute.get_strategy(), model_dir,

@@ -155,7 +155,7 @@ def patched(obj, name, value):
 def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_LENGTH, input_options=None,
                reuse=False):
     """export_model into `path`/1 with a lever applied (None: the export as shipped)."""
-    from realformer_tf import export
+    from realformer_tf.serving import export
 
     if reuse and os.path.isdir(os.path.join(path, "1")):
         return os.path.join(path, "1")
@@ -189,7 +189,7 @@ def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_L
 def make_exports(args, work):
     """{name: SavedModel path} and the HF folder."""
     from realformer_tf.families import get_family
-    from realformer_tf.runner import RunOptions
+    from realformer_tf.jobs.runner import RunOptions
 
     size = "quick" if args.quick else "base"
     levers = [x for x in args.levers.split(",") if x]

@@ -21,7 +21,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from realformer_tf import cli  # noqa: E402
+from realformer_tf.jobs import cli  # noqa: E402
 from realformer_tf.data.records import InputError  # noqa: E402
 
 flags.DEFINE_string("input_file", None, "SQuAD v1.1 / v2.0 JSON.")

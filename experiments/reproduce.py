@@ -62,7 +62,7 @@ import dataclasses  # noqa: E402
 
 from absl import app, flags  # noqa: E402
 
-from realformer_tf import cli  # noqa: E402
+from realformer_tf.jobs import cli  # noqa: E402
 
 flags.DEFINE_string("output_dir", None, "Where every run, the report and the plots go.")
 flags.DEFINE_enum("budget", "small", ["toy", "small", "study"], "Preset of the grid: model size, depths, "
@@ -119,7 +119,7 @@ LIST_TYPES = {"sweep_learning_rates": float, "depths": int, "seeds": int, "sweep
 
 
 def _budget():
-    from realformer_tf import experiments
+    from realformer_tf.research import experiments
 
     budget = experiments.BUDGETS[FLAGS.budget]
     overrides = {}
@@ -142,7 +142,7 @@ def _prepare_records(budget, output_dir):
     reuses records an earlier run built."""
     import tensorflow as tf
 
-    from realformer_tf import experiments
+    from realformer_tf.research import experiments
     from realformer_tf.data.records import InputError
 
     cli.require(FLAGS.vocab_file, "--text_file needs --vocab_file")
@@ -228,7 +228,7 @@ def _check_inputs(budget, output_dir):
 
 
 def _check_budget(budget):
-    from realformer_tf import experiments
+    from realformer_tf.research import experiments
 
     cli.require(budget.model in experiments.MODEL_PRESETS, f"unknown model preset {budget.model}")
     cli.require(budget.num_train_steps > 0, f"--num_train_steps={budget.num_train_steps} must be positive")
@@ -245,7 +245,7 @@ def _state_path(output_dir):
 
 
 def _reproduction(state):
-    from realformer_tf import experiments
+    from realformer_tf.research import experiments
 
     budget = experiments.Budget(**state["settings"])  # JSON gave lists; the grid hashes tuples
     budget = dataclasses.replace(budget, **{k: tuple(getattr(budget, k)) for k in LIST_TYPES})
@@ -269,7 +269,7 @@ def _worker_main():
     """One worker: trains its share of the selected runs, single file of output."""
     import tensorflow as tf
 
-    from realformer_tf import experiments
+    from realformer_tf.research import experiments
 
     with tf.io.gfile.GFile(_state_path(FLAGS.output_dir)) as f:
         state = json.load(f)
@@ -318,7 +318,7 @@ def _spawn_workers(count):
 def _report(repro, state):
     import tensorflow as tf
 
-    from realformer_tf import study_report
+    from realformer_tf.research import study_report
 
     results = repro.collect()
     report = study_report.write_all(repro, results, FLAGS.budget, state["data_note"],
@@ -338,7 +338,7 @@ def main(argv):
         return _worker_main()
     import tensorflow as tf
 
-    from realformer_tf import experiments
+    from realformer_tf.research import experiments
 
     try:
         variants = experiments.parse_variants(FLAGS.variants)

@@ -13,36 +13,14 @@ Importing the package registers every public layer and model with Keras
 
 __version__ = "0.1.0"
 
-from realformer_tf.errors import UserError  # light: no TensorFlow
-
-
-class BackendError(UserError):
-    """A TensorFlow-only feature was called under another Keras backend."""
-
-
-def require_tensorflow_backend(feature):
-    """Raises BackendError unless Keras runs on TensorFlow.
-
-    Args:
-      feature: what needs TensorFlow, for the message (e.g. "SavedModel export").
-    """
-    import keras
-
-    backend = keras.backend.backend()
-    if backend != "tensorflow":
-        raise BackendError(
-            f"{feature} is TensorFlow only, but Keras runs on KERAS_BACKEND={backend!r};"
-            " set KERAS_BACKEND=tensorflow (the layers and BertModel themselves run on"
-            " any backend)"
-        )
-
+from realformer_tf.errors import BackendError, UserError, require_tensorflow_backend  # noqa: F401  (light: no TensorFlow)
 
 # Registration: importing these modules runs their @register_keras_serializable.
 import keras  # noqa: E402
 
 from realformer_tf import layers  # noqa: E402,F401
-from realformer_tf import modeling  # noqa: E402,F401
-from realformer_tf import optimization  # noqa: E402,F401
+from realformer_tf.models.bert import model as _bert_model  # noqa: E402,F401
+from realformer_tf.training import optimization as _optimization  # noqa: E402,F401
 
 if keras.backend.backend() == "tensorflow":  # the ETC model is written in TensorFlow ops
-    from realformer_tf import etc_modeling  # noqa: F401
+    from realformer_tf.models.etc import model as _etc_model  # noqa: F401

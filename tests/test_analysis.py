@@ -12,7 +12,10 @@ import pytest
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import analysis, experiments, modeling, study_report
+from realformer_tf import modeling
+from realformer_tf.research import analysis
+from realformer_tf.research import experiments
+from realformer_tf.research import study_report
 
 PNG_HEADER = b"\x89PNG\r\n\x1a\n"
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 from helpers_data import flags, run_script, write_config, write_vocab
 from realformer_tf.data import glue
 from realformer_tf.data.records import InputError
-from realformer_tf.tasks.classifier import evaluation_metrics
+from realformer_tf.jobs.tasks.classifier import evaluation_metrics
 
 A, B = "the cat sees the river", "a dog likes the book"
 
@@ -128,7 +128,7 @@ def test_tokenizer_matches_the_in_graph_serving_tokenizer(tmp_path, lower_case):
     independent implementations of the same algorithm, agree on tricky strings."""
     from official.nlp.tools import tokenization
 
-    from realformer_tf.export import BertTextEncoder
+    from realformer_tf.serving.export import BertTextEncoder
 
     words = ["hello", "world", "creme", "brulee", "naive", "cafe", "resume", "tab", "and", "newline",
              "nbsp", "control", "chars", "hyphen", "ated", "parens", "brackets", "braces", "quotes",

@@ -18,16 +18,18 @@ import pytest
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import distribution, etc_modeling, optimization, smoke_check
+from realformer_tf import etc_modeling, optimization
+from realformer_tf.training import distribution
+from realformer_tf.jobs import smoke_check
 from realformer_tf.data import glue, records
 from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.data import squad as squad_data
 from realformer_tf.families import get_family
-from realformer_tf.runner import RunOptions
-from realformer_tf.tasks.classifier import ClassifierTask
-from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.tasks.squad import SquadTask
-from realformer_tf.training import Trainer
+from realformer_tf.jobs.runner import RunOptions
+from realformer_tf.jobs.tasks.classifier import ClassifierTask
+from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+from realformer_tf.jobs.tasks.squad import SquadTask
+from realformer_tf.training.trainer import Trainer
 
 L, P, B = 24, 3, 3  # sequence length, masked predictions, batch: not powers of two
 SIZE = smoke_check.Size(hidden_size=16, num_layers=2, num_heads=2, seq_length=L, max_predictions=P,

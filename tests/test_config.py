@@ -6,7 +6,8 @@ import json
 import pytest
 
 from realformer_tf import modeling
-from realformer_tf.config import BertConfig, ConfigError
+from realformer_tf.errors import ConfigError
+from realformer_tf.models.bert.config import BertConfig
 
 # An official RealFormer / BERT bert_config.json: exactly the original eleven fields.
 OFFICIAL = {

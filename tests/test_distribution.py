@@ -31,8 +31,8 @@ import keras
 sys.path.insert(0, TESTS)
 import helpers_data as h
 from realformer_tf import optimization
-from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.training import Trainer
+from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+from realformer_tf.training.trainer import Trainer
 
 GLOBAL, STEPS, SEQ, PRED = 8, 5, 16, 4
 config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -225,8 +225,8 @@ sys.path.insert(0, TESTS)
 import helpers_data as h
 from realformer_tf import optimization
 from realformer_tf.data import pretraining as data
-from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.training import Trainer
+from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+from realformer_tf.training.trainer import Trainer
 
 records = h.write_pretraining_records(OUT + "/train.tfrecord", 40, 16, 4)
 dataset_fn = data.make_dataset_fn([records], 16, 4, 8, is_training=True, seed=5)

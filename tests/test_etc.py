@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 from realformer_tf import etc_modeling
-from realformer_tf.config import ConfigError
-from realformer_tf.data import etc_inputs
+from realformer_tf.errors import ConfigError
+from realformer_tf.models.etc import inputs as etc_inputs
 
 
 # ==================================================================== input utilities
@@ -218,7 +218,7 @@ def test_fixed_block_features_for_bert_records():
 
 
 def test_etc_checkpoints_pretraining_to_classifier(tmp_path):
-    from realformer_tf.checkpoint import CheckpointError
+    from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
 
     config = tiny_config(num_hidden_layers=1)
     pre = etc_modeling.EtcPretrainingModel(config)
@@ -238,7 +238,7 @@ def test_etc_checkpoints_pretraining_to_classifier(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["none", "bfloat16", "float16"])
 def test_etc_pretraining_task_runs_in_the_shared_trainer(tmp_path, precision):
-    from realformer_tf import distribution
+    from realformer_tf.training import distribution
 
     float16 = distribution.set_mixed_precision(precision)  # float16: with loss scaling
     try:
@@ -250,9 +250,9 @@ def test_etc_pretraining_task_runs_in_the_shared_trainer(tmp_path, precision):
 def _train_etc_pretraining(tmp_path, float16):
     from realformer_tf import optimization
     from realformer_tf.families import get_family
-    from realformer_tf.runner import RunOptions
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.runner import RunOptions
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.training.trainer import Trainer
 
     family, options = get_family("etc"), RunOptions(etc_tokens_per_global=8)
 

@@ -27,7 +27,7 @@ from etc_numpy_reference import (
     ref_attention,
     ref_block,
 )
-from realformer_tf.data import etc_inputs
+from realformer_tf.models.etc import inputs as etc_inputs
 from realformer_tf.layers import GlobalLocalAttention, GlobalLocalBlock, GlobalLocalEncoder
 from realformer_tf.layers.etc import attention as etc_attention
 from realformer_tf.layers.etc import encoder as etc_encoder

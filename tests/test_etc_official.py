@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from realformer_tf import etc_checkpoint, etc_modeling
-from realformer_tf.checkpoint import CheckpointError
-from realformer_tf.config import ConfigError
+from realformer_tf import etc_modeling
+from realformer_tf.checkpoints import etc_official as etc_checkpoint
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.errors import ConfigError
 
 ROOT = "etc_document_bert"
 STACK = f"{ROOT}/global_local_transformer_layers"

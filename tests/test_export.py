@@ -18,8 +18,9 @@ from official.nlp.data import squad_lib
 from official.nlp.tools import tokenization
 
 from helpers_data import flags, run_script
-from realformer_tf import export, modeling
-from realformer_tf.checkpoint import CheckpointError
+from realformer_tf import modeling
+from realformer_tf.serving import export
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
 from realformer_tf.data import squad as squad_data
 from realformer_tf.data.records import InputError
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from realformer_tf import etc_modeling, export
+from realformer_tf import etc_modeling
+from realformer_tf.serving import export
 from realformer_tf.families import get_family
-from realformer_tf.runner import RunOptions
+from realformer_tf.jobs.runner import RunOptions
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]
 MAX_SEQ_LENGTH = 160  # > the 128 bucket: two traced lengths, 128 and 160

@@ -146,8 +146,8 @@ def test_models_train_with_it_on_every_path(tmp_path, monkeypatch):
     """A classifier with dropout 0.1 trains through the Trainer with the op in its step
     (default strategy) and, without it, under XLA: the loss is finite and falls."""
     from realformer_tf import optimization
-    from realformer_tf.tasks.classifier import ClassifierTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.tasks.classifier import ClassifierTask
+    from realformer_tf.training.trainer import Trainer
 
     batch = h.fixed_pretraining_batch(8, 12, 2, seed=3)
     examples = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}

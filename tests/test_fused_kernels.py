@@ -219,8 +219,8 @@ def train_classifier(model_dir):
     import keras
 
     from realformer_tf import optimization
-    from realformer_tf.tasks.classifier import ClassifierTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.tasks.classifier import ClassifierTask
+    from realformer_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(1)
     config = h.tiny_config(layer_norm_type="normformer", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

@@ -39,8 +39,8 @@ def classifier_examples(count, seed=0):
 
 
 def make_task(name):
-    from realformer_tf.tasks.classifier import ClassifierTask
-    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.jobs.tasks.classifier import ClassifierTask
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
     config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, intermediate_size=24,
                            residual_attention=True)
@@ -67,7 +67,7 @@ def train(strategy, task_name, optimizer, clip, batch_size, accumulation, model_
     import keras
     import tensorflow as tf
 
-    from realformer_tf.training import Trainer
+    from realformer_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(1)
     task, examples = make_task(task_name)
@@ -153,7 +153,7 @@ def test_three_micro_batches_equal_one_batch_three_times_larger(tmp_path, task_n
 def test_a_count_that_depends_on_the_outputs_is_refused(tmp_path):
     import tensorflow as tf
 
-    from realformer_tf.tasks.classifier import ClassifierTask
+    from realformer_tf.jobs.tasks.classifier import ClassifierTask
 
     class OutputCounted(ClassifierTask):
         def metric_sums(self, features, outputs):
@@ -161,7 +161,7 @@ def test_a_count_that_depends_on_the_outputs_is_refused(tmp_path):
             return dict(sums, loss=(sums["loss"][0], tf.reduce_sum(tf.nn.softmax(outputs["logits"])[:, 0])))
 
     task, examples = make_task("classifier")
-    from realformer_tf.training import Trainer
+    from realformer_tf.training.trainer import Trainer
 
     trainer = Trainer(OutputCounted(task.config, 3, False), tf.distribute.get_strategy(), str(tmp_path),
                       optimizer_fn=lambda: make_optimizer("sgd"), gradient_accumulation_steps=2)
@@ -217,8 +217,8 @@ def test_a_resumed_accumulating_run_ends_with_the_weights_of_an_uninterrupted_on
 
     from realformer_tf import optimization
     from realformer_tf.data import pretraining as pretraining_data
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.training.trainer import Trainer
 
     path = h.write_pretraining_records(tmp_path / "train.tfrecord", 40, SEQ, PRED)
     data_fn = pretraining_data.make_dataset_fn([path], SEQ, PRED, MICRO, is_training=True, seed=5)

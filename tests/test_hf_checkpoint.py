@@ -18,10 +18,13 @@ import pytest
 import safetensors.numpy
 
 import bert_numpy
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import convert, hf_checkpoint, modeling
-from realformer_tf.checkpoint import CheckpointError
-from realformer_tf.config import BertConfig, ConfigError
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf import modeling
+from realformer_tf.jobs import convert
+from realformer_tf.checkpoints import hf as hf_checkpoint
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.errors import ConfigError
+from realformer_tf.models.bert.config import BertConfig
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 TOLERANCE = 1e-5
@@ -325,9 +328,9 @@ def test_convert_checkpoint_script_reads_the_folder_config(tmp_path):
 def test_script_tasks_initialize_from_a_folder():
     """--init_checkpoint=FOLDER goes through the tasks' initialize (heads detected by
     their original names)."""
-    from realformer_tf.tasks.classifier import ClassifierTask
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.tasks.squad import SquadTask
+    from realformer_tf.jobs.tasks.classifier import ClassifierTask
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.jobs.tasks.squad import SquadTask
 
     folder = fixture("hf_bert_pretraining_gelu")
     config = BertConfig.from_json_file(folder)

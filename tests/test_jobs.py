@@ -11,11 +11,11 @@ import tensorflow as tf
 
 import helpers_data as h
 import test_squad as sq
-from realformer_tf import runner
+from realformer_tf.jobs import runner
 from realformer_tf.families import get_family
-from realformer_tf.tasks.classifier import ClassifierOptions, run_classifier
-from realformer_tf.tasks.pretraining import PretrainingOptions, run_pretraining
-from realformer_tf.tasks.squad import SquadOptions, run_squad
+from realformer_tf.jobs.tasks.classifier import ClassifierOptions, run_classifier
+from realformer_tf.jobs.tasks.pretraining import PretrainingOptions, run_pretraining
+from realformer_tf.jobs.tasks.squad import SquadOptions, run_squad
 
 FAMILIES = ("bert", "etc")
 QUIET = dict(iterations_per_loop=2, save_checkpoints_steps=2, seed=1, learning_rate=1e-3)

@@ -305,7 +305,9 @@ def test_original_name_checkpoint_round_trip_on_this_backend(tmp_path):
 # ------------------------------------------------ what stays TensorFlow says so
 @pytest.mark.skipif(BACKEND == "tensorflow", reason="checks the other backends' error")
 def test_tensorflow_only_features_name_the_backend():
-    from realformer_tf import BackendError, distribution, export
+    from realformer_tf.errors import BackendError
+    from realformer_tf.training import distribution
+    from realformer_tf.serving import export
 
     with pytest.raises(BackendError, match=f"tf.distribute training.*KERAS_BACKEND='{BACKEND}'"):
         distribution.get_strategy("one_device")

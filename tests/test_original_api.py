@@ -1,4 +1,4 @@
-"""google-research/bert's modeling.py API (realformer_tf.bert_compat, re-exported from
+"""google-research/bert's modeling.py API (realformer_tf.models.bert.original_api, re-exported from
 realformer_tf.modeling) used as the original scripts use it, in TF2 eager and inside
 tf.function, against the independent NumPy BERT (tests/bert_numpy.py) and the package's
 Keras API.
@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 import bert_numpy
-from realformer_tf import bert_compat, modeling
+from realformer_tf import modeling
+from realformer_tf.models.bert import original_api as bert_compat
 
 TOL = 1e-5
 CONFIG = dict(vocab_size=37, hidden_size=12, num_hidden_layers=2, num_attention_heads=3,

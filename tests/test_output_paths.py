@@ -20,9 +20,11 @@ import types
 import pytest
 
 import helpers_data as h
-from realformer_tf import fileio, outputs, runner
+from realformer_tf import fileio
+from realformer_tf.jobs import outputs
+from realformer_tf.jobs import runner
 from realformer_tf.errors import UsageError
-from realformer_tf.outputs import OutputDirInUseError, OutputDirLock, OutputPathError
+from realformer_tf.jobs.outputs import OutputDirInUseError, OutputDirLock, OutputPathError
 
 
 @pytest.fixture()
@@ -129,7 +131,7 @@ def test_lock_is_exclusive_names_its_holder_and_is_released(tmp_path):
 
 HOLDER = r"""
 import sys, time
-from realformer_tf.outputs import OutputDirLock
+from realformer_tf.jobs.outputs import OutputDirLock
 OutputDirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(120)

@@ -115,8 +115,8 @@ def test_loss_decreases_on_a_repeated_batch(tmp_path):
     import tensorflow as tf
 
     from realformer_tf import optimization
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(0)
     config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -152,8 +152,8 @@ def test_evaluation_to_the_end_of_the_data_counts_every_batch_once(tmp_path):
     import tensorflow as tf
 
     from realformer_tf.data import pretraining as data
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.training import Trainer
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.training.trainer import Trainer
 
     config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     records = h.write_pretraining_records(tmp_path / "eval.tfrecord", 16, 16, 4)

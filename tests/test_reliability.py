@@ -10,14 +10,16 @@ import pytest
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import distribution, modeling, optimization, runner
+from realformer_tf import modeling, optimization
+from realformer_tf.training import distribution
+from realformer_tf.jobs import runner
 from realformer_tf.errors import UsageError
 from realformer_tf.families import get_family
 from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.data import integrity
 from realformer_tf.data import records as records_lib
-from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.training import NonFiniteLossError, Trainer
+from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+from realformer_tf.training.trainer import NonFiniteLossError, Trainer
 
 SEQ, PRED = 16, 4
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import helpers_data as h
-from realformer_tf import tpu
+from realformer_tf.training import tpu
 
 MAX_SEQ, MAX_PRED = 16, 4
 START_UP_S = 60  # TensorFlow import and set-up on a loaded 2-core machine

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import smoke_check
+from realformer_tf.jobs import smoke_check
 
 TINY = smoke_check.Size(hidden_size=16, num_layers=1, num_heads=2, seq_length=24, max_predictions=3,
                         batch_size=2, vocab_size=40, etc_tokens_per_global=8)

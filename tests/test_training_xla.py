@@ -31,14 +31,14 @@ def make_task(variant, dropout=0.1):
     if variant == "etc":
         from realformer_tf import etc_modeling
         from realformer_tf.families import get_family
-        from realformer_tf.tasks.pretraining import PretrainingTask
+        from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
         config = etc_modeling.EtcConfig(
             vocab_size=h.vocab_size(), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=24, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
             local_radius=3, relative_pos_max_distance=2, relative_vocab_size=8)
         return PretrainingTask(config, family=get_family("etc")), config
-    from realformer_tf.tasks.pretraining import PretrainingTask
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
     config = h.tiny_config(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, intermediate_size=24,
                            **VARIANTS[variant])
@@ -57,7 +57,7 @@ def dataset_fn_for(variant, config):
 
     if variant == "etc":
         from realformer_tf.families import get_family
-        from realformer_tf.runner import RunOptions
+        from realformer_tf.jobs.runner import RunOptions
 
         return get_family("etc").adapt_dataset_fn(dataset_fn, config, RunOptions(etc_tokens_per_global=4))
     return dataset_fn
@@ -70,7 +70,7 @@ def train(strategy, variant, jit_compile, model_dir, steps=2, dropout=0.1, float
     import keras
 
     from realformer_tf import optimization
-    from realformer_tf.training import Trainer
+    from realformer_tf.training.trainer import Trainer
 
     keras.utils.set_random_seed(3)
     task, config = make_task(variant, dropout)
@@ -112,7 +112,7 @@ def test_every_variant_trains_compiled(tmp_path, variant):
 def test_mixed_precision_trains_compiled(tmp_path, variant, precision):
     import tensorflow as tf
 
-    from realformer_tf import distribution
+    from realformer_tf.training import distribution
 
     float16 = distribution.set_mixed_precision(precision)  # float16: dynamic loss scaling
     try:
@@ -149,7 +149,7 @@ def test_compiled_step_matches_the_uncompiled_one(tmp_path):
 def test_jit_compile_values():
     import tensorflow as tf
 
-    from realformer_tf.training import resolve_jit_compile
+    from realformer_tf.training.trainer import resolve_jit_compile
 
     class TwoReplicas:
         num_replicas_in_sync = 2
@@ -175,7 +175,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, TESTS)
 import test_training_xla as t
-from realformer_tf import distribution
+from realformer_tf.training import distribution
 
 mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 report = {}

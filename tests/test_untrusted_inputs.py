@@ -24,13 +24,17 @@ import safetensors.numpy
 import tensorflow as tf
 
 import helpers_data as h
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import convert, etc_modeling, export, hf_checkpoint, modeling
-from realformer_tf.checkpoint import CheckpointError
-from realformer_tf.config import BertConfig, ConfigError
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf import etc_modeling, modeling
+from realformer_tf.jobs import convert
+from realformer_tf.serving import export
+from realformer_tf.checkpoints import hf as hf_checkpoint
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.errors import ConfigError
+from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.errors import UserError
 from realformer_tf.families import get_family
-from realformer_tf.runner import RunOptions
+from realformer_tf.jobs.runner import RunOptions
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "hf_bert_model_gelu_new")
 WEIGHTS = "model.safetensors"

@@ -19,12 +19,13 @@ import tensorflow as tf
 from official.nlp.tools import tokenization
 
 import helpers_data as h
-from realformer_tf import variant_evidence as ve
-from realformer_tf.config import BertConfig, ConfigError
+from realformer_tf.checkpoints import variant_evidence as ve
+from realformer_tf.errors import ConfigError
+from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.families import get_family
-from realformer_tf.tasks.classifier import ClassifierOptions, run_classifier
-from realformer_tf.tasks.pretraining import PretrainingOptions, run_pretraining
-from realformer_tf.tasks.squad import SquadOptions, run_squad
+from realformer_tf.jobs.tasks.classifier import ClassifierOptions, run_classifier
+from realformer_tf.jobs.tasks.pretraining import PretrainingOptions, run_pretraining
+from realformer_tf.jobs.tasks.squad import SquadOptions, run_squad
 
 SEQ, PRED = 32, 5
 SIZES = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, max_position_embeddings=64)
@@ -163,7 +164,7 @@ def test_official_etc_layout_without_the_field_is_plain_etc():
 def test_the_weights_tell_their_architecture(models):
     family, config = get_family("bert"), BertConfig.from_json_file(models["config"])
     job_options = PretrainingOptions(input_file=models["records"], max_seq_length=SEQ, max_predictions_per_seq=PRED)
-    from realformer_tf.tasks.pretraining import PretrainingJob
+    from realformer_tf.jobs.tasks.pretraining import PretrainingJob
 
     examples = PretrainingJob().evidence_examples(job_options, family, config)
     for value, prefix in models["trained"].items():
@@ -244,7 +245,8 @@ def test_script_without_evidence_stops_with_one_error_line(models, tmp_path):
 
 # -- Hugging Face exports of variants: refused, or written so that transformers refuses ---
 def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactly(tmp_path):
-    from realformer_tf import hf_checkpoint, modeling
+    from realformer_tf import modeling
+    from realformer_tf.checkpoints import hf as hf_checkpoint
 
     config = h.tiny_config(residual_attention=True)
     model = modeling.BertPretrainingModel(config)
@@ -296,7 +298,7 @@ def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path)
     etc_config = tmp_path / "etc_config.json"
     etc_config.write_text(json.dumps(h.tiny_etc_config_dict()))
     etc = etc_modeling.EtcClassifierModel(etc_modeling.EtcConfig.from_json_file(str(etc_config)), num_labels=2)
-    from realformer_tf.training import checkpointable_weights
+    from realformer_tf.training.trainer import checkpointable_weights
 
     saved = tf.train.Checkpoint(model_weights=checkpointable_weights(etc)).write(str(tmp_path / "etc" / "ckpt-1"))
     proc = h.run_script("convert_checkpoint.py", *h.flags(

@@ -17,8 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # this checkout's package and test helpers
 import bert_numpy  # noqa: E402  (random weights under the original names)
 
-from realformer_tf import convert  # noqa: E402
-from realformer_tf.config import BertConfig  # noqa: E402
+from realformer_tf.jobs import convert  # noqa: E402
+from realformer_tf.models.bert.config import BertConfig  # noqa: E402
 
 SIZES = dict(vocab_size=31, hidden_size=15, num_hidden_layers=2, num_attention_heads=3,
              intermediate_size=22, max_position_embeddings=12, type_vocab_size=3,

@@ -13,7 +13,8 @@ import tempfile
 from absl import app as absl_app
 from absl import flags
 
-from realformer_tf import cli, require_tensorflow_backend
+from realformer_tf.jobs import cli
+from realformer_tf.errors import require_tensorflow_backend
 
 # Where the GPU driver exposes its devices; without them TensorFlow's CUDA probe can only fail.
 _NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")

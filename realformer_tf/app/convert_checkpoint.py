@@ -22,7 +22,12 @@ as --init_checkpoint.)
 
 from absl import flags
 
-from realformer_tf import app, cli, convert, hf_checkpoint, outputs, variant_evidence
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.jobs import convert
+from realformer_tf.checkpoints import hf as hf_checkpoint
+from realformer_tf.jobs import outputs
+from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.families import MODEL_TYPES, get_family
 
 flags.DEFINE_string("bert_config_file", None,

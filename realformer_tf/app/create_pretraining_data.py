@@ -21,7 +21,9 @@ from absl import flags, logging
 from official.nlp.data import create_pretraining_data as mg
 from official.nlp.tools import tokenization
 
-from realformer_tf import app, cli, outputs
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.jobs import outputs
 from realformer_tf.data.records import expand_input_files
 from realformer_tf.data.text_files import check_utf8
 from realformer_tf.data.vocab import check_vocab

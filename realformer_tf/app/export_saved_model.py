@@ -17,10 +17,13 @@ input_mask, segment_ids). See realformer_tf/export.py.
 
 from absl import flags
 
-from realformer_tf import app, cli, export, outputs
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.serving import export
+from realformer_tf.jobs import outputs
 from realformer_tf.data import glue
 from realformer_tf.families import MODEL_TYPES, get_family
-from realformer_tf.runner import RunOptions
+from realformer_tf.jobs.runner import RunOptions
 
 flags.DEFINE_string("bert_config_file", None, "The config json file of the model.")
 flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")

@@ -15,8 +15,9 @@ thousands of tokens fit one --max_seq_length.
 
 from absl import flags
 
-from realformer_tf import app, cli
-from realformer_tf.tasks.classifier import ClassifierOptions, run_classifier
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.jobs.tasks.classifier import ClassifierOptions, run_classifier
 
 flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).")
 flags.DEFINE_string("task_name", None, "The name of the task to train (cola, mnli, mnli-mm, mrpc, "

@@ -14,8 +14,9 @@ Add --model_type=etc (and an ETC config as --bert_config_file) for ETC.
 
 from absl import flags
 
-from realformer_tf import app, cli
-from realformer_tf.tasks.pretraining import PretrainingOptions, run_pretraining
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.jobs.tasks.pretraining import PretrainingOptions, run_pretraining
 
 flags.DEFINE_string("input_file", None, "Input TF example files (can be a glob or comma separated).")
 flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.")

@@ -22,8 +22,9 @@ thousands of tokens (one window holds a whole multi-paragraph context).
 
 from absl import flags
 
-from realformer_tf import app, cli
-from realformer_tf.tasks.squad import SquadOptions, run_squad
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.jobs.tasks.squad import SquadOptions, run_squad
 
 flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
 flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")

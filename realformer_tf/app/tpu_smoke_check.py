@@ -12,9 +12,13 @@ import sys
 
 from absl import flags
 
-from realformer_tf import app, cli, distribution, smoke_check, tpu
-from realformer_tf.runner import RunOptions
-from realformer_tf.smoke_check import VARIANTS, Size
+from realformer_tf import app
+from realformer_tf.jobs import cli
+from realformer_tf.training import distribution
+from realformer_tf.jobs import smoke_check
+from realformer_tf.training import tpu
+from realformer_tf.jobs.runner import RunOptions
+from realformer_tf.jobs.smoke_check import VARIANTS, Size
 
 
 def define_flags():

@@ -31,8 +31,8 @@ Heads (pretraining, classifier) are not part of the official model; they keep ou
 
 import numpy as np
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf.checkpoint import CheckpointError
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
 
 ROOT = "etc_document_bert"
 _STACK = f"{ROOT}/global_local_transformer_layers"

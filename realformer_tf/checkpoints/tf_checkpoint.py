@@ -14,6 +14,7 @@ from absl import logging
 
 from realformer_tf.errors import UserError
 from realformer_tf.fileio import gfile
+from realformer_tf.errors import CheckpointError  # noqa: F401  (raised here, public here)
 
 # Variables an original training checkpoint holds that are not model weights.
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
@@ -27,13 +28,9 @@ _TRAINING_WEIGHTS = re.compile(r"^model_weights/(.*)/\.ATTRIBUTES/VARIABLE_VALUE
 ALLOW_NONFINITE_ENV = "REALFORMER_ALLOW_NONFINITE_WEIGHTS"
 
 
-class CheckpointError(UserError):
-    """A checkpoint that does not match the model it is loaded into."""
-
-
 def _hf():
     # Imported on use: hf_checkpoint imports this module (CheckpointError).
-    from realformer_tf import hf_checkpoint
+    from realformer_tf.checkpoints import hf as hf_checkpoint
     return hf_checkpoint
 
 

@@ -27,8 +27,8 @@ import types
 import numpy as np
 from absl import logging
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf.config import ConfigError
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.errors import ConfigError
 
 NUM_EXAMPLES = 8
 SAMPLE_LENGTH = 64

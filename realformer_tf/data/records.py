@@ -3,10 +3,7 @@
 import tensorflow as tf
 
 from realformer_tf.errors import UserError
-
-
-class InputError(UserError):
-    """Input files that cannot be read as the job expects."""
+from realformer_tf.errors import InputError  # noqa: F401  (raised here, public here)
 
 
 def expand_input_files(patterns, flag_name="input_file"):

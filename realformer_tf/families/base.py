@@ -5,7 +5,7 @@ import os
 
 import tensorflow as tf
 
-from realformer_tf import checkpoint as ckpt
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import UsageError
 
 # What a job asks a family to build.
@@ -24,7 +24,7 @@ class ModelFamily:
             written under the family's original variable names.
         config_name: the config file written next to it.
         head_prefixes: {kind: variable-name prefixes of that kind's heads}.
-        export_tasks: the tasks `realformer_tf.export` can serve for this family.
+        export_tasks: the tasks `realformer_tf.serving.export` can serve for this family.
         classifier_weights_name: the classifier head's [num_labels, hidden] weights.
         max_length_field: the config field that bounds the input length (0: none).
         static_length: whether the model needs every batch padded to max_seq_length

@@ -1,8 +1,8 @@
 """BERT / RealFormer / NormFormer: `modeling.py`'s models under the original BERT
 variable names."""
 
-from realformer_tf import modeling
-from realformer_tf.config import BertConfig
+from realformer_tf.models.bert import model as modeling
+from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.families.base import ModelFamily
 
 

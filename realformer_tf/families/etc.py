@@ -3,13 +3,13 @@
 ETC jobs read the same BERT-layout records and JSON files as the BERT jobs; this family
 adds the ETC inputs in the input pipeline (and in the serving graph): one global token
 per `etc_tokens_per_global` long tokens (ETC's "fixed blocks"), their masks and relative
-position ids (`realformer_tf.data.etc_inputs.make_fixed_block_features`).
+position ids (`realformer_tf.models.etc.inputs.make_fixed_block_features`).
 """
 
 import tensorflow as tf
 
-from realformer_tf import etc_modeling
-from realformer_tf.data import etc_inputs
+from realformer_tf.models.etc import model as etc_modeling
+from realformer_tf.models.etc import inputs as etc_inputs
 from realformer_tf.errors import require
 from realformer_tf.families.base import ModelFamily
 

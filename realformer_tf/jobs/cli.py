@@ -1,6 +1,6 @@
 """The command-line layer of the run_* scripts: the original BERT flags shared by the
 three scripts and the TF2 additions, their translation into the library's plain options
-(`realformer_tf.runner.RunOptions` and the jobs' subclasses), and turning user errors
+(`realformer_tf.jobs.runner.RunOptions` and the jobs' subclasses), and turning user errors
 into one clear message and a non-zero exit. Nothing below this module reads absl flags.
 """
 
@@ -8,10 +8,12 @@ import sys
 
 from absl import flags, logging
 
-from realformer_tf import distribution, optimization, runner
+from realformer_tf.training import distribution
+from realformer_tf.training import optimization
+from realformer_tf.jobs import runner
 from realformer_tf.errors import UsageError, UserError, require
 from realformer_tf.families import MODEL_TYPES
-from realformer_tf.tpu import DEFAULT_TIMEOUT_S
+from realformer_tf.training.tpu import DEFAULT_TIMEOUT_S
 
 FLAGS = flags.FLAGS
 

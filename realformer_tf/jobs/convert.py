@@ -9,8 +9,9 @@ Every input is read by the model's own loader (`load_bert_checkpoint`) and writt
 its own writer, so a conversion checks names and shapes exactly as loading does.
 """
 
-from realformer_tf import hf_checkpoint, variant_evidence
-from realformer_tf.checkpoint import CheckpointError, is_object_based, list_checkpoint, resolve_checkpoint
+from realformer_tf.checkpoints import hf as hf_checkpoint
+from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError, is_object_based, list_checkpoint, resolve_checkpoint
 from realformer_tf.errors import UsageError
 from realformer_tf.families import KINDS, get_family
 

@@ -29,6 +29,7 @@ import uuid
 
 from realformer_tf.errors import UsageError
 from realformer_tf.fileio import atomic_output, gfile
+from realformer_tf.errors import OutputPathError, OutputDirInUseError  # noqa: F401  (raised here, public here)
 
 LOCK_FILE = "run.lock"
 _HELD = set()  # tokens of the locks this process holds (a pid match alone is not ours: containers reuse pids)
@@ -37,15 +38,6 @@ try:
     import fcntl
 except ImportError:  # not POSIX: the gfile protocol below
     fcntl = None
-
-
-class OutputPathError(UsageError):
-    """An output path that cannot be written (a file where a folder is needed, a
-    folder that cannot be created or is not writable)."""
-
-
-class OutputDirInUseError(OutputPathError):
-    """Another run holds the output_dir's lock."""
 
 
 def is_local(path):

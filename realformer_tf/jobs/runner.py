@@ -7,9 +7,9 @@
 
 is written once, in `run_job`. What varies is the *model family* (`realformer_tf.families`:
 BERT, ETC — config, models, checkpoint names, input adapter) and the *job*
-(`realformer_tf.tasks`: pretraining, classifier, SQuAD — data, loss, metrics, outputs).
+(`realformer_tf.jobs.tasks`: pretraining, classifier, SQuAD — data, loss, metrics, outputs).
 Library code takes plain options (`RunOptions` and the jobs' subclasses); the scripts
-translate their absl flags into them (`realformer_tf.cli`).
+translate their absl flags into them (`realformer_tf.jobs.cli`).
 """
 
 import contextlib
@@ -20,12 +20,16 @@ from typing import Optional
 
 import tensorflow as tf
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import distribution, export, optimization, outputs, variant_evidence
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.training import distribution
+from realformer_tf.serving import export
+from realformer_tf.training import optimization
+from realformer_tf.jobs import outputs
+from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output
-from realformer_tf.training import Trainer, is_chief, worker_scratch_dir
+from realformer_tf.training.trainer import Trainer, is_chief, worker_scratch_dir
 
 
 def say(message):

@@ -19,12 +19,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from realformer_tf import distribution, etc_modeling, optimization
-from realformer_tf.config import BertConfig
+from realformer_tf.training import distribution
+from realformer_tf.models.etc import model as etc_modeling
+from realformer_tf.training import optimization
+from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.families import get_family
-from realformer_tf.runner import RunOptions
-from realformer_tf.tasks.pretraining import PretrainingTask
-from realformer_tf.training import Trainer
+from realformer_tf.jobs.runner import RunOptions
+from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+from realformer_tf.training.trainer import Trainer
 
 # name -> BertConfig switches ("etc": an EtcConfig with ETC's defaults, RealFormer on).
 VARIANTS = {

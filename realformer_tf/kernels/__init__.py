@@ -8,11 +8,11 @@ LayerNorm, its gradient, and NormFormer's gelu + standardization in one pass per
 `fused_dropout.cc` does dropout in one pass with a counter-based random mask that the
 backward pass redraws instead of storing (TensorFlow's dropout takes four passes and
 keeps the mask). `fused_adamw.cc` does AdamW's decay, gradient scaling and Adam step
-in one pass over a variable (`realformer_tf.optimization.AdamW`).
+in one pass over a variable (`realformer_tf.training.optimization.AdamW`).
 
 The ops are used only where they are safe, decided when a step is traced:
 
-- inside `fused_cpu_kernels()`, which the training loop (`realformer_tf.training`)
+- inside `fused_cpu_kernels()`, which the training loop (`realformer_tf.training.trainer`)
   enters around every step it runs, and a Keras user may enter around `model.fit`;
   elsewhere (model building, SavedModel export, a user's own tf.function) the layers
   keep TensorFlow's ops, so exported graphs load without this library;

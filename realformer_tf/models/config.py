@@ -1,23 +1,15 @@
-"""`BertConfig`: the original `bert_config.json` fields plus the RealFormer / NormFormer
-switches, with validation that names the offending field."""
+"""What every model config shares: `JsonConfig` (JSON files in and out, unknown-field
+errors with suggestions, size limits against hostile files) and the JSON reader."""
 
 import copy
 import dataclasses
 import difflib
 import json
-import os
 
 from absl import logging
 
-from realformer_tf.errors import UserError
+from realformer_tf.errors import ConfigError
 from realformer_tf.fileio import atomic_output, gfile
-from realformer_tf.layers.activations import ACTIVATION_NAMES
-from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
-from realformer_tf.layers.transformer import LAYER_NORM_TYPES
-
-
-class ConfigError(UserError):
-    """A bert_config.json (or BertConfig argument) that cannot describe a model."""
 
 
 # Keys of the multilingual and Chinese Google BERT releases' bert_config.json. The
@@ -163,139 +155,3 @@ class JsonConfig:
             initializer_range=self.initializer_range,
             layer_norm_epsilon=layer_norm_epsilon,
         )
-
-
-@dataclasses.dataclass
-class BertConfig(JsonConfig):
-    """Configuration of a BERT / RealFormer / NormFormer encoder.
-
-    The first eleven fields are the original BERT ones, with its defaults. Google BERT
-    and RealFormer releases both ship just those eleven: a file without
-    `residual_attention` leaves it unstated (`residual_attention_stated` False; the
-    value meanwhile is the default, true), and loading weights then decides it from them
-    (`realformer_tf.variant_evidence`) or asks to state it. Training from scratch keeps
-    the default (RealFormer). Every file this package writes states it.
-    """
-
-    file_description = "bert_config_file"
-    ignored_fields = IGNORED_RELEASE_FIELDS
-
-    vocab_size: int
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 16
-    initializer_range: float = 0.02
-    # RealFormer
-    residual_attention: bool = True
-    use_running_mean: bool = False
-    # Normalization: "post" (BERT), "pre", "normformer" (Pre-LN + NormFormer's three ops)
-    layer_norm_type: str = "post"
-    normformer_head_scale_position: str = "before_projection"
-    normformer_residual_scale: bool = False
-
-    def __post_init__(self):
-        self._validate()
-
-    # -- construction -------------------------------------------------------------------
-    @classmethod
-    def from_json_file(cls, path):
-        """Reads a bert_config.json. A Hugging Face BERT config.json (recognized by its
-        "model_type" key), or a Hugging Face model folder, is accepted too and translated
-        by `hf_checkpoint.config_from_hf_dict` (its "gelu" is the exact erf GELU, our
-        "gelu_exact"; residual attention off)."""
-        if gfile().isdir(path):
-            path = os.path.join(path, "config.json")
-        values = cls._read_json_file(path)
-        if isinstance(values, dict) and "model_type" in values:
-            from realformer_tf import hf_checkpoint  # imported on use: it imports this module
-
-            config = hf_checkpoint.config_from_hf_dict(values, source=str(path))
-            logging.info("%s: Hugging Face config read as %s", path, config.describe())
-            return config
-        return cls.from_dict(values, source=str(path))
-
-    @classmethod
-    def from_dict(cls, values, source="config"):
-        if not isinstance(values, dict):
-            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
-        known = [f.name for f in dataclasses.fields(cls)]
-        values = check_field_names(values, known, cls.ignored_fields, source)
-        if "vocab_size" not in values:
-            raise ConfigError(f"{source}: the required field vocab_size is missing")
-        try:
-            config = cls(**values)
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
-        config.residual_attention_stated = "residual_attention" in values
-        return config
-
-    def describe(self):
-        """One line that names the variant, e.g. for the first lines of every script."""
-        name = "RealFormer" if self.residual_attention else "BERT"
-        if self.layer_norm_type == "normformer":
-            name += "+NormFormer" if self.residual_attention else " NormFormer"
-        parts = [
-            f"residual attention {'on' if self.residual_attention else 'off'}",
-            f"{self.layer_norm_type}-LN" if self.layer_norm_type != "normformer" else "normformer (pre-LN)",
-            f"running mean {'on' if self.use_running_mean and self.residual_attention else 'off'}",
-        ]
-        if self.layer_norm_type == "normformer":
-            parts.append(f"head scale {self.normformer_head_scale_position}")
-            parts.append(f"residual scale {'on' if self.normformer_residual_scale else 'off'}")
-        size = (
-            f"{self.num_hidden_layers}L/{self.num_attention_heads}H/{self.hidden_size}"
-            f"/{self.intermediate_size}"
-        )
-        return f"{name}: {', '.join(parts)} [{size}, vocab {self.vocab_size}]"
-
-    # -- validation ---------------------------------------------------------------------
-    def _validate(self):
-        for name in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "max_position_embeddings", "type_vocab_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        check_size_limits(self)
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if (isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float))
-                or not 0 < self.initializer_range < float("inf")):
-            raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
-        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        for name in ("residual_attention", "use_running_mean", "normformer_residual_scale"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
-                f"({self.num_attention_heads})"
-            )
-        if self.hidden_act not in ACTIVATION_NAMES:
-            raise ConfigError(
-                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATION_NAMES)}"
-            )
-        if self.layer_norm_type not in LAYER_NORM_TYPES:
-            raise ConfigError(
-                f"layer_norm_type {self.layer_norm_type!r} is not one of {', '.join(LAYER_NORM_TYPES)}"
-            )
-        if self.normformer_head_scale_position not in HEAD_SCALE_POSITIONS:
-            raise ConfigError(
-                f"normformer_head_scale_position {self.normformer_head_scale_position!r} is not "
-                f"one of {', '.join(HEAD_SCALE_POSITIONS)}"
-            )
-        if self.normformer_residual_scale and self.layer_norm_type != "normformer":
-            raise ConfigError(
-                'normformer_residual_scale needs "layer_norm_type": "normformer"'
-            )

@@ -455,7 +455,7 @@ def resolve(checkpoint):
     bert_model.ckpt in it (a downloaded BERT / RealFormer model directory)."""
     import os
 
-    from realformer_tf import checkpoint as ckpt
+    from realformer_tf.checkpoints import tf_checkpoint as ckpt
 
     if tf.io.gfile.isdir(checkpoint) and tf.train.latest_checkpoint(checkpoint) is None:
         exported = os.path.join(checkpoint, "bert_model.ckpt")
@@ -470,7 +470,7 @@ def load_model(checkpoint, config_file=None):
     """Builds a BertModel from `config_file` (default: bert_config.json beside the
     checkpoint) and loads an original-named checkpoint or one of our training
     checkpoints (a prefix or a directory). Returns (model, resolved prefix)."""
-    from realformer_tf.modeling import BertConfig, BertModel
+    from realformer_tf.models.bert.model import BertConfig, BertModel
 
     prefix = resolve(checkpoint)
     config_file = config_file or find_config(prefix)

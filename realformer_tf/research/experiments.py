@@ -5,7 +5,7 @@ paper's Table 2 and Table 6, NormFormer's stability claim).
 
 A `Budget` defines the grid, `plan_runs` lists its `Run`s, and `Reproduction` trains and
 evaluates each one with the pretraining job run_pretraining.py runs
-(`realformer_tf.tasks.pretraining.run_pretraining`, in this process), into its own
+(`realformer_tf.jobs.tasks.pretraining.run_pretraining`, in this process), into its own
 output_dir: finished runs (eval_results.txt at the run's step) are reused and
 interrupted ones resume from their checkpoints. `share_of` splits the runs among
 parallel worker processes. realformer_tf/study_report.py writes the report.
@@ -277,8 +277,8 @@ def train_in_process(options, log_path, on_line=None):
 
     import keras
 
-    from realformer_tf.tasks.pretraining import run_pretraining
-    from realformer_tf.training import NonFiniteLossError
+    from realformer_tf.jobs.tasks.pretraining import run_pretraining
+    from realformer_tf.training.trainer import NonFiniteLossError
 
     console, start = sys.stdout, time.time()
 
@@ -312,11 +312,11 @@ def evaluate_run(run_dir, config_file, eval_file, budget):
     until the data runs out (steps=-1) makes orbit call the step once more on the
     exhausted iterator, and the next-sentence count (the static batch size, which needs
     no data) is still added then, understating NSP accuracy and loss by n/(n+1)."""
-    from realformer_tf.config import BertConfig
+    from realformer_tf.models.bert.config import BertConfig
     from realformer_tf.data import pretraining as data
     from realformer_tf.data import records
-    from realformer_tf.tasks.pretraining import PretrainingTask
-    from realformer_tf.training import Trainer, write_results
+    from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+    from realformer_tf.training.trainer import Trainer, write_results
 
     files = data.check_files(eval_file, budget.max_seq_length, budget.max_predictions_per_seq)
     wanted = budget.max_eval_steps * budget.eval_batch_size if budget.max_eval_steps > 0 else -1
@@ -384,7 +384,7 @@ class Reproduction:
 
     # -- running ---------------------------------------------------------------------------
     def _train_options(self, run, run_dir, config_file):
-        from realformer_tf.tasks.pretraining import PretrainingOptions
+        from realformer_tf.jobs.tasks.pretraining import PretrainingOptions
 
         b = self.budget
         return PretrainingOptions(

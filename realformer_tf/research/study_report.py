@@ -1,4 +1,4 @@
-"""The report of a reproduction grid (realformer_tf.experiments): tables of mean +- std
+"""The report of a reproduction grid (realformer_tf.research.experiments): tables of mean +- std
 over seeds, plots, the attention analysis and a verdict for each of the papers' claims,
 judged against the seed spread.
 
@@ -19,8 +19,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from realformer_tf import experiments
-from realformer_tf.experiments import VARIANTS, format_lr, format_seconds
+from realformer_tf.research import experiments
+from realformer_tf.research.experiments import VARIANTS, format_lr, format_seconds
 
 Z_THRESHOLD = 2.0
 
@@ -191,7 +191,7 @@ def _save(fig, plt, path):
 
 
 def plot_depth(repro, results, baselines, path):
-    from realformer_tf.analysis import series_color
+    from realformer_tf.research.analysis import series_color
 
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -213,7 +213,7 @@ def plot_depth(repro, results, baselines, path):
 
 
 def plot_sweep(repro, results, baseline, path):
-    from realformer_tf.analysis import series_color
+    from realformer_tf.research.analysis import series_color
 
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -238,7 +238,7 @@ def plot_sweep(repro, results, baseline, path):
 
 def plot_curves(repro, results, path):
     """Training MLM accuracy vs step at the largest depth, mean and range over seeds."""
-    from realformer_tf.analysis import series_color
+    from realformer_tf.research.analysis import series_color
 
     plt = _figure()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -267,7 +267,7 @@ def plot_curves(repro, results, path):
 def attention_statistics(repro, results, output_dir, log_fn=print):
     """{run name: AttentionStatistics} of the finished base-lr runs at the largest depth.
     The first seed's runs also get the analysis plots (one line per variant)."""
-    from realformer_tf import analysis
+    from realformer_tf.research import analysis
 
     b = repro.budget
     layers = b.layer_counts[-1]

@@ -74,11 +74,13 @@ import uuid
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import require_tensorflow_backend, variant_evidence
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.errors import require_tensorflow_backend
+from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.data.records import InputError
 from realformer_tf.errors import UsageError
 from realformer_tf.families import get_family
+from realformer_tf.errors import ExportError  # noqa: F401  (raised here, public here)
 
 TASKS = ("classifier", "squad", "encoder")
 EXPORT_INFO_FILE = "realformer_export.json"  # under <version>/assets.extra/
@@ -107,11 +109,6 @@ CLS, SEP, UNK = "[CLS]", "[SEP]", "[UNK]"
 # measured at BERT-Base size, ETC at 512 serves ~120-word texts 2-3x faster this way
 # (benchmarks/benchmark_serving.py, lever etc_max). Outputs are the same: padding is masked.
 ETC_LENGTH_BUCKETS = (128, 256)
-
-
-class ExportError(UsageError):
-    """An export that cannot be written as asked (a UsageError: scripts report it as one
-    message)."""
 
 
 # -- in-graph tokenization ---------------------------------------------------------------

@@ -6,8 +6,8 @@ import os
 import keras
 import tensorflow as tf
 
-from realformer_tf import require_tensorflow_backend
-from realformer_tf import tpu as tpu_lib
+from realformer_tf.errors import require_tensorflow_backend
+from realformer_tf.training import tpu as tpu_lib
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = ("none", "float32", "bfloat16", "float16")
@@ -53,7 +53,7 @@ def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_proj
                  tpu_timeout_s=tpu_lib.DEFAULT_TIMEOUT_S, tpu_flag_name="tpu"):
     """Builds the strategy. TPUs are found with TPUClusterResolver, as the original
     scripts' --tpu_name/--tpu_zone/--gcp_project did, within `tpu_timeout_s` seconds
-    (see realformer_tf.tpu)."""
+    (see realformer_tf.training.tpu)."""
     require_tensorflow_backend("tf.distribute training")
     name = resolve_strategy_name(distribution_strategy, tpu)
     if name == "tpu":

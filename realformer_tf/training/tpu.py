@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import tensorflow as tf
 
 from realformer_tf.errors import UserError
+from realformer_tf.errors import TpuSetupError  # noqa: F401  (raised here, public here)
 
 DEFAULT_TIMEOUT_S = 60
 # Flags whose files a TPU node's workers open themselves (the input pipeline runs on
@@ -35,10 +36,6 @@ WORKER_PATH_FLAGS = ("input_file", "output_dir", "init_checkpoint")
 TPU_VM_ENV_VARS = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES")
 # Schemes the TPU node's workers cannot read: this machine's disk and memory.
 LOCAL_SCHEMES = ("", "file", "ram")
-
-
-class TpuSetupError(UserError):
-    """The TPU flags cannot work on this machine, or the TPU did not answer."""
 
 
 def tpu_vm_evidence(dev_root="/dev", environ=None):

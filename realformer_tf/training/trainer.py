@@ -33,9 +33,11 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
-from realformer_tf import kernels, optimization
+from realformer_tf import kernels
+from realformer_tf.training import optimization
 from realformer_tf.errors import UserError
 from realformer_tf.fileio import atomic_output
+from realformer_tf.errors import NonFiniteLossError  # noqa: F401  (raised here, public here)
 
 
 def _orbit_log(message):
@@ -73,10 +75,6 @@ class Task:
     def metric_sums(self, features, outputs):
         """{name: (sum over the local batch, count)} for the loss terms and metrics."""
         raise NotImplementedError
-
-
-class NonFiniteLossError(UserError, RuntimeError):
-    pass
 
 
 class _MetricAccumulator:

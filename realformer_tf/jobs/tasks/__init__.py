@@ -1,1 +1,1 @@
-"""Tasks = model + data + loss + metrics, run by `realformer_tf.training.Trainer`."""
+"""Tasks = model + data + loss + metrics, run by `realformer_tf.training.trainer.Trainer`."""

@@ -11,13 +11,15 @@ from official.nlp.tools import tokenization
 from scipy import stats
 from sklearn import metrics as skm
 
-from realformer_tf import export, runner, variant_evidence
+from realformer_tf.serving import export
+from realformer_tf.jobs import runner
+from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output, commit, temporary_name
-from realformer_tf.training import Task, report_results
+from realformer_tf.training.trainer import Task, report_results
 
 
 class ClassifierTask(Task):

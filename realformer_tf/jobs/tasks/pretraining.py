@@ -9,12 +9,13 @@ import tensorflow as tf
 
 import numpy as np
 
-from realformer_tf import runner, variant_evidence
+from realformer_tf.jobs import runner
+from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.data import integrity
 from realformer_tf.data import pretraining as data
 from realformer_tf.errors import require
 from realformer_tf.families import get_family
-from realformer_tf.training import Task, report_results
+from realformer_tf.training.trainer import Task, report_results
 
 
 def _sparse_nll(labels, logits):

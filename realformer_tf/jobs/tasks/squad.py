@@ -19,13 +19,15 @@ from typing import Optional
 
 import tensorflow as tf
 
-from realformer_tf import export, runner, variant_evidence
+from realformer_tf.serving import export
+from realformer_tf.jobs import runner
+from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.data import records
 from realformer_tf.data import squad as data
 from realformer_tf.errors import require
 from realformer_tf.families import get_family
-from realformer_tf.tasks.classifier import check_case
-from realformer_tf.training import Task, report_results
+from realformer_tf.jobs.tasks.classifier import check_case
+from realformer_tf.training.trainer import Task, report_results
 
 
 def _nll(positions, logits):

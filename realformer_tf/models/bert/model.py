@@ -11,18 +11,19 @@ import keras
 import numpy as np
 from keras import ops
 
-from realformer_tf import bert_compat
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import hf_checkpoint
-from realformer_tf.checkpoint import CheckpointError  # noqa: F401  (public)
-from realformer_tf.config import BertConfig, ConfigError  # noqa: F401  (public)
+from realformer_tf.models.bert import original_api as bert_compat
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints import hf as hf_checkpoint
+from realformer_tf.checkpoints.tf_checkpoint import CheckpointError  # noqa: F401  (public)
+from realformer_tf.errors import ConfigError  # noqa: F401  (public)
+from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
 
 # google-research/bert's module functions (README "Porting code from google-research/bert").
-from realformer_tf.bert_compat import (  # noqa: F401,E402  (public)
+from realformer_tf.models.bert.original_api import (  # noqa: F401,E402  (public)
     assert_rank, attention_layer, create_attention_mask_from_input_mask, create_initializer,
     dropout, embedding_lookup, embedding_postprocessor, function_variables, gelu, get_activation,
     get_assignment_map_from_checkpoint, get_shape_list, layer_norm, layer_norm_and_dropout,
@@ -115,7 +116,7 @@ class _BertCheckpointIO:
             check_checkpoint_fits(self.config, ckpt.resolve_checkpoint(prefix))
         if not getattr(self.config, "residual_attention_stated", True):
             # A config file without residual_attention: the weights decide (or an error).
-            from realformer_tf import variant_evidence
+            from realformer_tf.checkpoints import variant_evidence
             from realformer_tf.families import get_family
 
             variant_evidence.check_loaded_model(self, get_family("bert"), ckpt.resolve_checkpoint(prefix))

@@ -1,7 +1,7 @@
 """google-research/bert's `modeling.py` API (and the official RealFormer fork's
 additions) as a thin layer over this package's Keras layers, for porting TF1 code.
 
-Re-exported from `realformer_tf.modeling`, so `modeling.gelu(x)`,
+Re-exported from `realformer_tf.models.bert.model`, so `modeling.gelu(x)`,
 `modeling.get_assignment_map_from_checkpoint(...)` and
 `modeling.BertModel(config=..., is_training=..., input_ids=...)` read as in the original.
 README "Porting code from google-research/bert" maps each name to the Keras API.
@@ -31,16 +31,13 @@ from keras import ops
 from realformer_tf.errors import UserError
 from realformer_tf.layers import scores as scores_lib
 from realformer_tf.layers.activations import gelu as _package_gelu
+from realformer_tf.errors import OriginalApiError  # noqa: F401  (raised here, public here)
 
 _TF = keras.backend.backend() == "tensorflow"
 _VARIABLES = {}  # full original name -> keras.Variable (function-style variables)
 _LAYERS = {}  # variable scope -> (layer, signature) for function-style layers
 _MODELS = weakref.WeakSet()  # every BertModel / head model: name maps for the assignment map
 LAYER_NORM_EPSILON = 1e-12
-
-
-class OriginalApiError(UserError):
-    """An argument of the original modeling.py API this package cannot honour."""
 
 
 def reset_variables():
@@ -346,7 +343,7 @@ def transformer_model(input_tensor, attention_mask=None, hidden_size=768,
     carried scores)`. Dropout applies whenever its probability is non-zero.
     """
     from realformer_tf.layers.encoder import TransformerEncoder
-    from realformer_tf.modeling import _block_checkpoint_variables
+    from realformer_tf.models.bert.model import _block_checkpoint_variables
 
     if hidden_size % num_attention_heads:
         raise ValueError(f"The hidden size ({hidden_size}) is not a multiple of the number"

@@ -3,6 +3,8 @@ NormFormer switches of `BertConfig`, and the layout of the model's weights."""
 
 import dataclasses
 
+from absl import logging
+
 from realformer_tf.errors import ConfigError
 from realformer_tf.layers.activations import ACTIVATION_NAMES
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS

@@ -13,26 +13,20 @@ logits and the global side's fused g2g+g2l logits), both pre-mask running sums; 
 `realformer_tf/layers/etc/blocked.py` for the layouts.
 """
 
-import dataclasses
-
 import keras
 import tensorflow as tf
-from absl import logging
 
-from realformer_tf import checkpoint as ckpt
-from realformer_tf import etc_checkpoint
-from realformer_tf.config import BertConfig, ConfigError, JsonConfig, check_size_limits  # noqa: F401  (ConfigError is public here)
-from realformer_tf.layers.activations import ACTIVATION_NAMES
-from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints import etc_official as etc_checkpoint
+from realformer_tf.errors import ConfigError  # noqa: F401  (public here)
+from realformer_tf.models.etc.config import LAYOUTS, EtcConfig  # noqa: F401  (public here)
 from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.etc import (
     SIDE_INPUT_NAMES,
     GlobalLocalBlock,
     GlobalLocalEncoder,
-    relative_vocab_size_needed,
 )
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
-from realformer_tf.layers.transformer import LAYER_NORM_TYPES
 
 LAYER_NORM_EPSILON = 1e-12
 
@@ -63,206 +57,6 @@ def check_checkpoint_fits(config, prefix):
                + config.num_hidden_layers * (4 * h * h + 2 * h * config.intermediate_size))
     ckpt.check_config_fits(prefix, expected, pattern, config.num_hidden_layers,
                            f"the config ({config.describe()})", weights)
-
-
-LAYOUTS = ("official", "realformer_tf")
-# Keys the official EtcConfig.to_json_string() always writes and our files before the
-# `layout` field never had: a config with one of them and no `layout` is official.
-_OFFICIAL_ONLY_FIELDS = ("embedding_size", "att_size_per_head", "grad_checkpointing_period")
-
-
-@dataclasses.dataclass
-class EtcConfig(JsonConfig):
-    """ETC's config fields (google-research etcmodel EtcConfig names and defaults) plus
-    the RealFormer / NormFormer switches of `BertConfig` and the model `layout`.
-
-    Official fields with their meaning here:
-      embedding_size: width of the token embedding table (None = hidden_size); when it
-        differs from hidden_size the lookup is projected to hidden_size (ALBERT-style
-        factorized embedding; official layout only).
-      att_size_per_head: size per attention head; None or hidden_size /
-        num_attention_heads (other values are refused: our attention layers use that).
-      use_pre_activation_order: ETC's Pre-LN; `layer_norm_type` then defaults to "pre"
-        (it may also be "normformer", not "post").
-      grad_checkpointing_period: activation recomputation in the official code, which
-        changes memory only, never results; accepted and not used (this package keeps
-        all activations).
-
-    `layout` selects the model structure:
-      "official": as google-research etcmodel builds it: separate absolute-position
-        tables for the long and the global input, the factorized embedding above, no
-        final LayerNorm after the last layer in pre-activation order, long segment ids
-        defaulting to 1 and no attention mask when none is given; its checkpoints load
-        and save under the official variable names.
-      "realformer_tf": this package's earlier layout (one position table for both
-        sides, final LayerNorm per side in Pre-LN, masks derived from padding id 0,
-        segment ids defaulting to 0).
-    A config file without `layout` is official when it has any of embedding_size,
-    att_size_per_head, grad_checkpointing_period (the official writer always emits
-    them), else "realformer_tf" (our files before the field existed).
-    """
-
-    file_description = "ETC config file"
-
-    vocab_size: int
-    segment_vocab_size: int = 16
-    embedding_size: int = None
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    initializer_range: float = 0.02
-    local_radius: int = 84
-    att_size_per_head: int = None
-    relative_pos_max_distance: int = 12
-    relative_vocab_size: int = 32
-    max_absolute_position_embeddings: int = 0
-    share_feed_forward_params: bool = True
-    share_kv_projections: bool = False
-    share_qkv_projections: bool = True
-    share_att_output_projection: bool = False
-    use_pre_activation_order: bool = False
-    use_hard_g2l_mask: bool = False
-    use_hard_l2g_mask: bool = False
-    grad_checkpointing_period: int = 0
-    layout: str = "realformer_tf"
-    # RealFormer
-    residual_attention: bool = True
-    use_running_mean: bool = False
-    # Normalization: "post" (ETC's default), "pre", "normformer"; None = from
-    # use_pre_activation_order.
-    layer_norm_type: str = None
-    normformer_head_scale_position: str = "before_projection"
-    normformer_residual_scale: bool = False
-
-    def __post_init__(self):
-        if self.layer_norm_type is None:
-            self.layer_norm_type = "pre" if self.use_pre_activation_order is True else "post"
-        self._validate()
-        self._validate_official_fields()
-
-    @classmethod
-    def from_dict(cls, values, source="config"):
-        """Like BertConfig.from_dict (unknown fields: an error naming them), choosing the
-        layout of a file without one (see the class docstring)."""
-        if isinstance(values, dict) and "layout" not in values:
-            official = any(key in values for key in _OFFICIAL_ONLY_FIELDS)
-            values = dict(values, layout="official" if official else "realformer_tf")
-        if isinstance(values, dict) and values.get("layout") == "official" and "residual_attention" not in values:
-            # google-research etcmodel has no residual attention: an official-layout file
-            # that does not state it is plain ETC (files this package writes state it).
-            values = dict(values, residual_attention=False)
-            logging.info("%s: official ETC layout without residual_attention: plain ETC (residual "
-                         "attention off); state it in the file to choose", source)
-        return BertConfig.from_dict.__func__(cls, values, source)
-
-    @property
-    def official(self):
-        return self.layout == "official"
-
-    @property
-    def factorized_embedding(self):
-        return self.embedding_size is not None and self.embedding_size != self.hidden_size
-
-    def _validate_official_fields(self):
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
-        for name, low in (("embedding_size", 1), ("att_size_per_head", 1), ("grad_checkpointing_period", 0)):
-            value = getattr(self, name)
-            if value is None and name != "grad_checkpointing_period":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-        if self.factorized_embedding and not self.official:
-            raise ConfigError(
-                f"embedding_size {self.embedding_size} != hidden_size {self.hidden_size} (a factorized "
-                'embedding) needs "layout": "official"')
-        per_head = self.hidden_size // self.num_attention_heads
-        if self.att_size_per_head is not None and self.att_size_per_head != per_head:
-            raise ConfigError(
-                f"att_size_per_head {self.att_size_per_head} differs from hidden_size / "
-                f"num_attention_heads = {per_head}; the attention layers here use the latter. "
-                "Use null (or that value)")
-
-    def describe(self):
-        name = "ETC+RealFormer" if self.residual_attention else "ETC"
-        if self.layer_norm_type == "normformer":
-            name += "+NormFormer"
-        parts = [
-            f"residual attention {'on' if self.residual_attention else 'off'} (separate long/global paths)",
-            f"{self.layer_norm_type}-LN" if self.layer_norm_type != "normformer" else "normformer (pre-LN)",
-            f"running mean {'on' if self.use_running_mean and self.residual_attention else 'off'}",
-            f"local radius {self.local_radius}",
-            f"relative max distance {self.relative_pos_max_distance}",
-        ]
-        if self.use_hard_g2l_mask or self.use_hard_l2g_mask:
-            parts.append("hard " + "/".join(n for n, on in (("g2l", self.use_hard_g2l_mask),
-                                                              ("l2g", self.use_hard_l2g_mask)) if on) + " mask")
-        size = (f"{self.num_hidden_layers}L/{self.num_attention_heads}H/{self.hidden_size}"
-                f"/{self.intermediate_size}")
-        return f"{name}: {', '.join(parts)} [{size}, vocab {self.vocab_size}]"
-
-    def _validate(self):
-        for name in ("vocab_size", "segment_vocab_size", "hidden_size", "num_hidden_layers",
-                     "num_attention_heads", "intermediate_size", "local_radius"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("relative_pos_max_distance", "relative_vocab_size",
-                     "max_absolute_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
-        check_size_limits(self)
-        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position", "layout"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if isinstance(self.initializer_range, bool) or not isinstance(
-                self.initializer_range, (int, float)) or not 0 < self.initializer_range < float("inf"):
-            raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
-        for name in ("share_feed_forward_params", "share_kv_projections", "share_qkv_projections",
-                     "share_att_output_projection", "use_pre_activation_order", "use_hard_g2l_mask",
-                     "use_hard_l2g_mask", "residual_attention", "use_running_mean",
-                     "normformer_residual_scale"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
-                f"({self.num_attention_heads})")
-        if self.hidden_act not in ACTIVATION_NAMES:
-            raise ConfigError(
-                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATION_NAMES)}")
-        if self.relative_pos_max_distance > 0:
-            needed = relative_vocab_size_needed(self.relative_pos_max_distance)
-            if self.relative_vocab_size < needed:
-                raise ConfigError(
-                    f"relative_vocab_size ({self.relative_vocab_size}) must be at least "
-                    f"2*relative_pos_max_distance+4 = {needed}: {2 * self.relative_pos_max_distance + 1} "
-                    f"clipped relative positions (relative_pos_max_distance="
-                    f"{self.relative_pos_max_distance}) + 3 extra ids (l2g/g2l other sentence, "
-                    "same sentence, padding); raise relative_vocab_size or lower "
-                    "relative_pos_max_distance")
-        if self.layer_norm_type not in LAYER_NORM_TYPES:
-            raise ConfigError(
-                f"layer_norm_type {self.layer_norm_type!r} is not one of {', '.join(LAYER_NORM_TYPES)}")
-        if self.use_pre_activation_order and self.layer_norm_type == "post":
-            raise ConfigError(
-                'use_pre_activation_order (ETC\'s Pre-LN) contradicts "layer_norm_type": "post"; '
-                'drop one of them or use "pre" / "normformer"')
-        if self.normformer_head_scale_position not in HEAD_SCALE_POSITIONS:
-            raise ConfigError(
-                f"normformer_head_scale_position {self.normformer_head_scale_position!r} is not one "
-                f"of {', '.join(HEAD_SCALE_POSITIONS)}")
-        if self.normformer_residual_scale and self.layer_norm_type != "normformer":
-            raise ConfigError('normformer_residual_scale needs "layer_norm_type": "normformer"')
 
 
 # ----------------------------------------------------------------------------- layers
@@ -408,7 +202,7 @@ def _as_config(config):
 
 class _EtcCheckpointIO:
     """Name-based checkpoints of ETC models (the same TF1-style format as the BERT ones,
-    through `realformer_tf.checkpoint`). Names are the Keras weight paths under a fixed
+    through `realformer_tf.checkpoints.tf_checkpoint`). Names are the Keras weight paths under a fixed
     root: the encoder's under `etc/` (identical in every ETC model, so a pretraining
     checkpoint initializes a classifier), heads under their layer names (`predictions/`,
     `seq_relationship/`, `pooler/`, `classifier/`).
@@ -453,7 +247,7 @@ class _EtcCheckpointIO:
         if not self.built:  # sizes first, before a model the checkpoint does not fit is built
             check_checkpoint_fits(self.config, ckpt.resolve_checkpoint(prefix))
         if not getattr(self.config, "residual_attention_stated", True):
-            from realformer_tf import variant_evidence
+            from realformer_tf.checkpoints import variant_evidence
             from realformer_tf.families import get_family
 
             variant_evidence.check_loaded_model(self, get_family("etc"), ckpt.resolve_checkpoint(prefix))
@@ -478,7 +272,7 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
 
     Inputs: dict with `long_token_ids` [B, L] and `global_token_ids` [B, G] (0 = padding),
     optional `long_token_type_ids` / `global_token_type_ids` (default 0) and any of the
-    side inputs (`realformer_tf.data.etc_inputs.make_side_inputs`). A missing mask is
+    side inputs (`realformer_tf.models.etc.inputs.make_side_inputs`). A missing mask is
     derived from padding (token id 0): keys that are padding are masked; extra keys
     (e.g. `long_input_mask`, `sentence_ids`) are ignored.
 
@@ -542,7 +336,7 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
         if not isinstance(inputs, dict) or "long_token_ids" not in inputs or "global_token_ids" not in inputs:
             raise ValueError(
                 "EtcModel takes a dict with 'long_token_ids' and 'global_token_ids' (and optional "
-                "token type ids and side inputs; see realformer_tf.data.etc_inputs)")
+                "token type ids and side inputs; see realformer_tf.models.etc.inputs)")
         long_ids = tf.cast(inputs["long_token_ids"], tf.int32)
         global_ids = tf.cast(inputs["global_token_ids"], tf.int32)
         self._check_length(long_ids)

@@ -1,0 +1,168 @@
+"""Checks the package's shape: the import graph (every import statement, those inside
+functions included), the tiers, and module sizes.
+
+    python tools/check_architecture.py          # prints the graph summary; exit 1 on a violation
+
+Rules (docs/ARCHITECTURE.md):
+- a module imports only from its own tier or a lower one (TIERS below, bottom first);
+- no import cycle among modules;
+- at most MAX_ROOT_MODULES modules directly in realformer_tf/, none over MAX_LINES lines.
+"""
+
+import ast
+import collections
+import os
+import sys
+
+PACKAGE = "realformer_tf"
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), PACKAGE)
+MAX_ROOT_MODULES = 8
+MAX_LINES = 450
+
+# Bottom first. A module's tier is that of the longest prefix listed. The root facades
+# (`modeling`, `optimization`, `etc_modeling`) and the package itself re-export, so they
+# sit on top.
+TIERS = [
+    ("base", ["errors", "fileio"]),
+    ("kernels", ["kernels"]),
+    ("data", ["data"]),
+    ("layers", ["layers"]),
+    ("models", ["models"]),
+    ("checkpoints", ["checkpoints"]),
+    ("families", ["families"]),
+    ("training", ["training"]),
+    ("serving", ["serving"]),
+    ("jobs", ["jobs"]),
+    ("app", ["app"]),
+    ("research", ["research"]),
+    ("facades", ["", "modeling", "optimization", "etc_modeling"]),
+]
+TIER_OF = {prefix: rank for rank, (_, prefixes) in enumerate(TIERS) for prefix in prefixes}
+
+
+def modules():
+    """{dotted name relative to the package ('' for __init__): path}."""
+    found = {}
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, name), ROOT)[:-3].replace(os.sep, ".")
+                found[rel[: -len(".__init__")] if rel.endswith("__init__") else ("" if rel == "__init__" else rel)] = os.path.join(folder, name)
+    return found
+
+
+def tier(module):
+    parts = module.split(".") if module else [""]
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in TIER_OF:
+            return TIER_OF[prefix]
+    raise KeyError(f"{PACKAGE}.{module} is in no tier of tools/check_architecture.py TIERS")
+
+
+def imports(path, known):
+    """The package modules that the file at `path` imports, by any import statement."""
+    tree = ast.parse(open(path).read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from a.b import c`: module a.b.c when c is one, else (a name in) a.b
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == PACKAGE or name.startswith(PACKAGE + "."):
+                rel = name[len(PACKAGE) + 1:]
+                # the longest known module the name denotes (x.y.z -> x.y when z is a name in x.y)
+                while rel not in known and "." in rel:
+                    rel = rel.rsplit(".", 1)[0]
+                if rel in known:
+                    found.add(rel)
+    return found
+
+
+def graph():
+    known = modules()
+    return known, {m: imports(p, known) - {m} for m, p in known.items()}
+
+
+def parents(module):
+    """The packages whose __init__ runs when `module` is imported."""
+    parts = module.split(".")
+    return {".".join(parts[:n]) for n in range(1, len(parts))} | {""}
+
+
+def cycles(edges):
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]; counter[0] += 1
+        stack.append(v); on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w); low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop(); on.discard(w); component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    sys.setrecursionlimit(10000)
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def violations():
+    """Lines describing every rule broken (empty: the shape is as documented)."""
+    known, edges = graph()
+    problems = []
+    # A package's own __init__ importing its children is not a cycle to report, but an
+    # import of a package from below its children would be: keep edges as they are.
+    for component in cycles(edges):
+        problems.append("import cycle: " + " -> ".join(f"{PACKAGE}.{m}" if m else PACKAGE for m in component))
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if target in parents(module):
+                continue  # importing from one's own package: allowed (same code unit)
+            if tier(target) > tier(module):
+                problems.append(f"upward import: {PACKAGE}.{module} ({TIERS[tier(module)][0]}) imports "
+                                f"{PACKAGE}.{target} ({TIERS[tier(target)][0]})")
+    root = sorted(m for m in known if m and "." not in m and os.path.basename(known[m]) != "__init__.py")
+    if len(root) > MAX_ROOT_MODULES:
+        problems.append(f"{len(root)} modules directly in {PACKAGE}/ (at most {MAX_ROOT_MODULES}): {', '.join(root)}")
+    for module, path in sorted(known.items()):
+        lines = sum(1 for _ in open(path))
+        if lines > MAX_LINES:
+            problems.append(f"{os.path.relpath(path, os.path.dirname(ROOT))}: {lines} lines (at most {MAX_LINES})")
+    return problems
+
+
+def summary():
+    known, edges = graph()
+    by_tier = collections.Counter(TIERS[tier(m)][0] for m in known)
+    n_edges = sum(len(t) for t in edges.values())
+    return (f"{len(known)} modules, {n_edges} import edges, "
+            + ", ".join(f"{name}: {by_tier[name]}" for name, _ in TIERS))
+
+
+def main():
+    print(summary())
+    problems = violations()
+    for line in problems:
+        print(line)
+    print(f"{len(problems)} violation(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
