@@ -58,10 +58,10 @@ demo: $(STAMP)
 # compile with XLA, and the distance to the matmul limit (~10 min on 2 idle cores).
 bench: $(STAMP)
 	$(PY) benchmarks/benchmark_encoder.py --repeats 40 --steps 1 --memory_repeats 2 \
-	    --variants vanilla,realformer,normformer,realformer_normformer,model_garden \
+	    --variants bert,realformer,normformer,realformer_normformer,model_garden \
 	    --json_out benchmarks/results/latest_small.json --markdown_out benchmarks/results/latest_small.md
 	$(PY) benchmarks/benchmark_encoder.py --repeats 20 --steps 1 --memory_repeats 2 \
-	    --variants vanilla,pre_ln,normformer,normformer+composite_ffn,normformer+unfolded_head_scale,vanilla+keras_gelu,vanilla+keras_dropout,vanilla+tf_ops,normformer+tf_ops \
+	    --variants bert,pre_ln,normformer,normformer+composite_ffn,normformer+unfolded_head_scale,bert+keras_gelu,bert+keras_dropout,bert+tf_ops,normformer+tf_ops \
 	    --json_out benchmarks/results/latest_small_patches.json --markdown_out benchmarks/results/latest_small_patches.md
 	$(PY) benchmarks/benchmark_jit.py --repeats 14 --json_out benchmarks/results/latest_jit.json
 	$(PY) benchmarks/benchmark_limit.py --repeats 4 --json_out benchmarks/results/latest_limit.json

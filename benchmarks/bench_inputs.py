@@ -9,11 +9,13 @@ TYPE_VOCAB_SIZE = 2
 MAX_POSITIONS = 512
 
 
-def bert_config(shape, overrides, dropout):
-    """The `modeling.BertConfig` of a preset `shape` with a variant's `overrides`."""
-    from realformer_tf import modeling
+def bert_config(shape, variant, dropout):
+    """The `modeling.BertConfig` of a preset `shape` as `variant`, a name of the variant
+    table (`realformer_tf.models.variants`)."""
+    from realformer_tf.models import variants
 
-    return modeling.BertConfig(
+    return variants.variant_config(
+        variant,
         vocab_size=VOCAB_SIZE,
         hidden_size=shape["hidden_size"],
         num_hidden_layers=shape["num_layers"],
@@ -24,7 +26,6 @@ def bert_config(shape, overrides, dropout):
         attention_probs_dropout_prob=dropout,
         max_position_embeddings=MAX_POSITIONS,
         type_vocab_size=TYPE_VOCAB_SIZE,
-        **overrides,
     )
 
 

@@ -4,7 +4,7 @@ side by side in one process, against Model Garden's `BertEncoderV2`.
 
     .venv/bin/python benchmarks/benchmark_encoder.py                    # small preset
     .venv/bin/python benchmarks/benchmark_encoder.py --preset base --repeats 5
-    .venv/bin/python benchmarks/benchmark_encoder.py --variants vanilla,realformer \
+    .venv/bin/python benchmarks/benchmark_encoder.py --variants bert,realformer \
         --jit_compile off --json_out /tmp/bench.json
 
 One step = a `tf.function` (optionally `jit_compile=True`) that runs the encoder in
@@ -17,8 +17,9 @@ round every function runs `--steps` back-to-back steps and the mean step time of
 burst is one sample. Rounds are round-robin over the functions, with the starting
 function rotated each round, so a slow period of a shared machine hits all variants
 alike. Reported: median of the samples, their 25th-75th percentiles, the ratio of the
-medians to our vanilla BERT (post-LN, residual attention off) at the same jit setting,
-and vanilla / Model Garden.
+medians to our post-LN BERT (variant `bert`, the "vanilla" of the result fields) at the
+same jit setting, and that BERT / Model Garden. Variant names: `realformer_tf.models.variants`
+(older names such as vanilla are accepted).
 
 Memory: `tf.config.experimental.get_memory_info("CPU:0")` (or GPU:0). TF 2.20's CPU
 allocator keeps allocation statistics, so `peak - current` after
@@ -65,19 +66,14 @@ PRESETS = {
 from bench_inputs import MAX_POSITIONS, TYPE_VOCAB_SIZE, VOCAB_SIZE, bert_config, input_arrays  # noqa: E402
 from realformer_tf import kernels  # noqa: E402
 
-# name -> BertConfig overrides (None: Model Garden's BertEncoderV2).
-VARIANTS = {
-    "vanilla": dict(layer_norm_type="post", residual_attention=False),
-    "realformer": dict(layer_norm_type="post", residual_attention=True),
-    "realformer_running_mean": dict(layer_norm_type="post", residual_attention=True,
-                                    use_running_mean=True),
-    "pre_ln": dict(layer_norm_type="pre", residual_attention=False),
-    "normformer": dict(layer_norm_type="normformer", residual_attention=False),
-    "realformer_normformer": dict(layer_norm_type="normformer", residual_attention=True),
-    "model_garden": None,
-}
-BASELINE = "vanilla"
-MODEL_GARDEN = "model_garden"
+from realformer_tf.models import variants as variants_lib  # noqa: E402
+
+MODEL_GARDEN = "model_garden"  # Model Garden's BertEncoderV2
+# The variant table's names, and Model Garden's encoder.
+VARIANTS = (*variants_lib.VARIANTS, MODEL_GARDEN)
+# Measured unless --variants says otherwise (NormFormer's optional residual scale only on request).
+DEFAULT_VARIANTS = tuple(v for v in VARIANTS if v != "normformer_residual_scale")
+BASELINE = "bert"
 
 # Targets (variant -> max ratio to vanilla) of the performance issue, measured side by
 # side on the path the scripts take (--jit_compile auto). Vanilla <= 0.95 x Model Garden.
@@ -92,7 +88,7 @@ def parse_args(argv=None):
     p.add_argument("--preset", choices=sorted(PRESETS), default="small")
     p.add_argument("--batch_size", type=int, help="override the preset's batch size")
     p.add_argument("--seq_length", type=int, help="override the preset's sequence length")
-    p.add_argument("--variants", default=",".join(VARIANTS),
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                    help=f"comma-separated subset of {', '.join(VARIANTS)} "
                         f"('{BASELINE}' is always added)")
     p.add_argument("--repeats", type=int, default=10, help="timed rounds (samples) per function")
@@ -112,7 +108,7 @@ def parse_args(argv=None):
     p.add_argument("--json_out", help="also write the JSON result (indented) to this path")
     p.add_argument("--markdown_out", help="also write the table as markdown to this path")
     args = p.parse_args(argv)
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    names = [canonical(v.strip()) for v in args.variants.split(",") if v.strip()]
     from patches import PATCHES
 
     unknown = sorted({n for n in names if split_variant(n)[0] not in VARIANTS}
@@ -138,6 +134,14 @@ def parse_args(argv=None):
 
 
 # -- models -------------------------------------------------------------------------------
+
+def canonical(name):
+    """`name` with its variant part's old name (vanilla, realformer_running_mean) mapped to
+    the table's name: 'vanilla+tf_ops' -> 'bert+tf_ops'."""
+    base, *patch_names = name.split("+")
+    base = variants_lib.ALIASES.get(base, base)
+    return "+".join([base, *patch_names])
+
 
 def split_variant(name):
     """'normformer+keras_ln' -> ('normformer', ['keras_ln']): a variant and the
@@ -182,7 +186,7 @@ def build_ours(name, shape, args, inputs):
     from realformer_tf import modeling
 
     base, patch_names = split_variant(name)
-    config = bert_config(shape, VARIANTS[base], args.dropout)
+    config = bert_config(shape, base, args.dropout)
     model = modeling.BertModel(config, name="bert_" + name.replace("+", "_"))
     model({"input_ids": inputs[0], "input_mask": inputs[1], "segment_ids": inputs[2]},
           training=False)  # build the variables eagerly
@@ -479,9 +483,9 @@ def _mark(met):
 
 
 def format_table(result, markdown=False):
-    head = ["variant", "jit", "median ms", "p25-p75 ms", "ex/s", "time/vanilla", "paired",
-            "CPU-s/vanilla", "step peak MiB",
-            "mem/vanilla", "footprint MiB"]
+    head = ["variant", "jit", "median ms", "p25-p75 ms", "ex/s", f"time/{BASELINE}", "paired",
+            f"CPU-s/{BASELINE}", "step peak MiB",
+            f"mem/{BASELINE}", "footprint MiB"]
     lines = []
     for row in result["results"]:
         mem = row.get("step_peak_mib")
@@ -505,7 +509,7 @@ def format_table(result, markdown=False):
                + (f", step memory {r['memory_ratio_to_unpatched']:.3f}"
                   if "memory_ratio_to_unpatched" in r else "")
                for r in result["results"] if "patched_from" in r]
-    garden = patched + [f"vanilla / Model Garden BertEncoderV2 (jit {jit}): time {g['vanilla_over_model_garden']:.3f}"
+    garden = patched + [f"{BASELINE} / Model Garden BertEncoderV2 (jit {jit}): time {g['vanilla_over_model_garden']:.3f}"
               f"{_mark(g['target_met'])}, paired {g['paired']:.3f}{_mark(g['target_met_paired'])}, "
               f"CPU-s {g['cpu']:.3f}{_mark(g['target_met_cpu'])} (target <= {g['target']})"
               + (f", step memory {g['vanilla_over_model_garden_memory']:.3f}"

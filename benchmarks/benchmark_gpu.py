@@ -69,14 +69,13 @@ import numpy as np  # noqa: E402
 
 from bench_inputs import MAX_POSITIONS, bert_config, input_arrays  # noqa: E402
 from realformer_tf import modeling  # noqa: E402
+from realformer_tf.models import variants  # noqa: E402
 from realformer_tf.optimization import NO_WEIGHT_DECAY  # noqa: E402
 
-VARIANTS = {  # BertConfig fields, as benchmark_encoder.VARIANTS / experiments.VARIANTS
-    "vanilla": dict(layer_norm_type="post", residual_attention=False),
-    "realformer": dict(layer_norm_type="post", residual_attention=True),
-    "normformer": dict(layer_norm_type="normformer", residual_attention=False),
-    "realformer_normformer": dict(layer_norm_type="normformer", residual_attention=True),
-}
+# Names of the variant table (realformer_tf.models.variants); BASELINE always runs (the
+# result fields' "vanilla" is this post-LN BERT).
+BASELINE = "bert"
+VARIANTS = (BASELINE, "realformer", "normformer", "realformer_normformer")
 # Dense (no sparsity) tensor-core spec by device kind, TFLOP/s: {precision: peak}.
 SPEC_PEAK_TFLOPS = {
     "H200": {"bfloat16": 989.0, "float32": 494.0},  # float32 as TF32 (JAX's default)
@@ -94,7 +93,7 @@ def parse_args(argv=None):
     p.add_argument("--seq", default="128,512", help="comma list of sequence lengths")
     p.add_argument("--batch", default="256,64", help="comma list, one per --seq (or one for all)")
     p.add_argument("--precisions", default="bfloat16", help="comma list of bfloat16, float32")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma list; vanilla always added")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of variant names; {BASELINE} always added")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--repeats", type=int, default=10, help="timed rounds")
     p.add_argument("--steps", type=int, default=5, help="calls per function per round")
@@ -135,11 +134,11 @@ def validate_args(parser, args):
     bad = [x for x in args.precisions if x not in ("bfloat16", "float32")]
     if bad or not args.precisions:
         parser.error(f"--precisions: unknown {bad or args.precisions}; use bfloat16, float32")
-    names = [x for x in args.variants.split(",") if x]
-    bad = [x for x in names if x not in VARIANTS]
+    names = [variants.ALIASES.get(x, x) for x in args.variants.split(",") if x]  # old names too
+    bad = [x for x in names if x not in variants.VARIANTS]
     if bad:
-        parser.error(f"--variants: unknown {', '.join(bad)}; use {', '.join(VARIANTS)}")
-    args.variants = ["vanilla"] + [x for x in names if x != "vanilla"]
+        parser.error(f"--variants: unknown {', '.join(bad)}; use {', '.join(variants.VARIANTS)}")
+    args.variants = [BASELINE] + [x for x in names if x != BASELINE]
     if keras.backend.backend() != "jax":
         parser.error(f"KERAS_BACKEND={keras.backend.backend()!r}: this benchmark needs jax")
     return args
@@ -257,7 +256,7 @@ def build_functions(shape, precision, args):
         inputs = make_inputs(shape, 1234)
         timed = []
         for name in args.variants:
-            model = modeling.BertModel(bert_config(shape, VARIANTS[name], args.dropout), name=f"bert_{name}")
+            model = modeling.BertModel(bert_config(shape, name, args.dropout), name=f"bert_{name}")
             step, state = make_train_step(model, inputs)
             timed.append(Timed(name, step, (state, inputs), carries_state=True))
     finally:
@@ -314,9 +313,9 @@ def summarize(timed, shape, precision, peak):
 
 
 def step_ratios(t, by_name, med):
-    """A step's time against vanilla's and against the bare matmul loop."""
-    vanilla, bare = by_name["vanilla"], by_name["bare"]
-    row = dict(time_vs_vanilla=med[t.name] / med["vanilla"],
+    """A step's time against the baseline BERT's and against the bare matmul loop."""
+    vanilla, bare = by_name[BASELINE], by_name["bare"]
+    row = dict(time_vs_vanilla=med[t.name] / med[BASELINE],
                paired_vs_vanilla=statistics.median(a / b for a, b in zip(t.samples, vanilla.samples)),
                fraction_of_bare=med["bare"] / med[t.name],
                fraction_of_bare_paired=statistics.median(a / b for a, b in zip(bare.samples, t.samples)))
@@ -348,7 +347,7 @@ def measure(seq, batch, precision, args, device):
     return row
 
 
-FUNCTION_ORDER = list(VARIANTS) + ["bare", "dense"]
+FUNCTION_ORDER = list(variants.VARIANTS) + ["bare", "dense"]
 
 
 def format_row(row, markdown=False):
@@ -358,7 +357,7 @@ def format_row(row, markdown=False):
              f"({s['num_layers']}L/{s['hidden_size']}H/{s['num_heads']} heads/{s['intermediate_size']}); "
              f"model {row['model_tflop']:.2f} TFLOP/step; peak {peak or '?'} TFLOP/s; "
              f"dense = {s['dense_size']}^3 matmul")
-    head = ["function", "median ms", "p25-p75 ms", "/vanilla", "paired", "TFLOP/s", "of peak",
+    head = ["function", "median ms", "p25-p75 ms", f"/{BASELINE}", "paired", "TFLOP/s", "of peak",
             "of bare", "of dense", "XLA temp MiB", "compile s"]
     lines = []
     for name in [n for n in FUNCTION_ORDER if n in row["functions"]]:

@@ -119,7 +119,7 @@ def make_steps(kind, shape, args_ns):
     from realformer_tf import modeling
     from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
-    config = be.bert_config(shape, {}, 0.1)  # the config defaults: RealFormer, post-LN
+    config = be.bert_config(shape, "realformer", 0.1)  # the config defaults: RealFormer, post-LN
     if kind == "encoder":
         model = modeling.BertModel(config, name="bert_input_bench")
         model({"input_ids": tf.zeros([1, 2], tf.int32)})

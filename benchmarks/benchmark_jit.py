@@ -40,7 +40,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(be.PRESETS), default="small")
-    p.add_argument("--variant", choices=[v for v in be.VARIANTS if v != be.MODEL_GARDEN], default="vanilla")
+    p.add_argument("--variant", choices=[v for v in be.VARIANTS if v != be.MODEL_GARDEN], default=be.BASELINE)
     p.add_argument("--max_predictions", type=int, default=20)
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--steps", type=int, default=2, help="steps per timed sample")
@@ -86,7 +86,7 @@ def main(argv=None):
 
     args = parse_args(argv)
     shape = dict(be.PRESETS[args.preset])
-    config = be.bert_config(shape, be.VARIANTS[args.variant], 0.1)
+    config = be.bert_config(shape, args.variant, 0.1)
     batch = pretraining_batch(shape, args.max_predictions)
     tmp = tempfile.mkdtemp()
     steps = {s: make_trainer_step(s, config, os.path.join(tmp, s)) for s in SETTINGS}

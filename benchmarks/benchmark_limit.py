@@ -163,7 +163,7 @@ def measure(preset, precision, args):
     jit = resolve_jit_compile(args.jit_compile)[0]  # (step, update): the model step's
     bench_args = argparse.Namespace(dropout=0.1, mixed_precision="bfloat16" if precision == "bfloat16" else "none")
     inputs = be.make_inputs(shape, 1234)
-    model = be.build_ours("vanilla", shape, bench_args, inputs)
+    model = be.build_ours(be.BASELINE, shape, bench_args, inputs)
     dtype = tf.bfloat16 if precision == "bfloat16" else tf.float32
     fns = {"bare_xla": make_bare(shape, dtype, True), "bare_no_xla": make_bare(shape, dtype, False),
            "fwd+bwd": be.make_step(model, jit), "train": make_train_step(model, jit)}

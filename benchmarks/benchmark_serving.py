@@ -119,6 +119,7 @@ def build_classifier(kind, size, seed):
     probabilities differ visibly (the 0.02 initializer gives ~0.5 / 0.5)."""
     import keras
     from realformer_tf import etc_modeling, modeling
+    from realformer_tf.models import variants
 
     keras.utils.set_random_seed(seed)
     dims = SIZES[size]
@@ -130,10 +131,9 @@ def build_classifier(kind, size, seed):
         variables = model.etc_checkpoint_variables()
         head = "classifier/output_weights"
     else:
-        overrides = {"vanilla": dict(residual_attention=False), "realformer": dict(residual_attention=True),
-                     "normformer": dict(residual_attention=False, layer_norm_type="normformer")}[kind]
-        config = modeling.BertConfig(vocab_size=_vocab_size(), max_position_embeddings=512, type_vocab_size=2,
-                                     **dims, **overrides)
+        # kind: a name of realformer_tf.models.variants ("vanilla": this benchmark's label of "bert").
+        config = variants.variant_config("bert" if kind == "vanilla" else kind, vocab_size=_vocab_size(),
+                                         max_position_embeddings=512, type_vocab_size=2, **dims)
         model = modeling.BertClassifierModel(config, num_labels=2)
         variables = model.bert_checkpoint_variables()
         head = "output_weights"

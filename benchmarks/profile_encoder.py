@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where the step time goes: op-level profile of the encoder variants (graph mode, no XLA).
 
-    .venv/bin/python benchmarks/profile_encoder.py --variants vanilla,normformer,model_garden
+    .venv/bin/python benchmarks/profile_encoder.py --variants bert,normformer,model_garden
 
 Builds the same models and the same forward+backward step as `benchmark_encoder.py`,
 then records `--steps` rounds (round-robin over the variants, so a busy spell of a
@@ -56,7 +56,7 @@ def classify(op_name):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=sorted(be.PRESETS), default="small")
-    p.add_argument("--variants", default="vanilla,realformer,normformer,model_garden")
+    p.add_argument("--variants", default="bert,realformer,normformer,model_garden")
     p.add_argument("--steps", type=int, default=5, help="profiled rounds")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--top", type=int, default=8, help="op types listed per variant")

@@ -29,7 +29,7 @@ reproduce.log). The runs are shared by --workers processes; rerunning the same c
 reuses finished runs and resumes interrupted ones from their checkpoints.
 
 Budgets (--budget; single flags such as --num_train_steps or --seeds override a
-preset's value; realformer_tf/experiments.py BUDGETS has them all):
+preset's value; realformer_tf/research/grid.py BUDGETS has them all):
   toy    tiny model (2 layers, hidden 32), 5 steps, batch 8, sequence length 32: seconds
          of compute per run (plus process start-up), for the tests.
   small  4 layers, hidden 256, 4 heads, intermediate 1024, sequence length 128, batch 16,
@@ -67,8 +67,9 @@ from realformer_tf.jobs import cli  # noqa: E402
 flags.DEFINE_string("output_dir", None, "Where every run, the report and the plots go.")
 flags.DEFINE_enum("budget", "small", ["toy", "small", "study"], "Preset of the grid: model size, depths, "
                   "seeds, steps, batch sizes, learning rates.")
-flags.DEFINE_string("variants", "all", "Comma-separated subset of post, pre, realformer, "
-                    "realformer_mean, normformer, realformer_normformer (or 'all').")
+flags.DEFINE_string("variants", "all", "Comma-separated variant names (realformer_tf.models.variants): "
+                    "bert, pre_ln, realformer, realformer_mean, normformer, realformer_normformer "
+                    "('all': these six).")
 flags.DEFINE_string("probe_variants", "all", "Variants also trained in the learning-rate sweep "
                     "(comma-separated subset of --variants, or 'all').")
 flags.DEFINE_string("train_input_file", None, "Pretraining TFRecords to train on.")
@@ -119,9 +120,9 @@ LIST_TYPES = {"sweep_learning_rates": float, "depths": int, "seeds": int, "sweep
 
 
 def _budget():
-    from realformer_tf.research import experiments
+    from realformer_tf.research import grid
 
-    budget = experiments.BUDGETS[FLAGS.budget]
+    budget = grid.BUDGETS[FLAGS.budget]
     overrides = {}
     for field in dataclasses.fields(budget):
         value = FLAGS[field.name].value if field.name in FLAGS else None
@@ -142,8 +143,8 @@ def _prepare_records(budget, output_dir):
     reuses records an earlier run built."""
     import tensorflow as tf
 
-    from realformer_tf.research import experiments
     from realformer_tf.data.records import InputError
+    from realformer_tf.research import study_files
 
     cli.require(FLAGS.vocab_file, "--text_file needs --vocab_file")
     if not tf.io.gfile.exists(FLAGS.text_file):
@@ -155,7 +156,7 @@ def _prepare_records(budget, output_dir):
         cli.require(FLAGS.eval_every_n_documents >= 2, "--eval_every_n_documents must be at least 2")
         with tf.io.gfile.GFile(FLAGS.text_file) as f:
             try:
-                train, held_out = experiments.split_documents(f.read(), FLAGS.eval_every_n_documents)
+                train, held_out = study_files.split_documents(f.read(), FLAGS.eval_every_n_documents)
             except ValueError as e:
                 raise InputError(f"--text_file {FLAGS.text_file}: {e}") from None
         for name, text in (("train", train), ("eval", held_out)):
@@ -228,9 +229,9 @@ def _check_inputs(budget, output_dir):
 
 
 def _check_budget(budget):
-    from realformer_tf.research import experiments
+    from realformer_tf.research import grid
 
-    cli.require(budget.model in experiments.MODEL_PRESETS, f"unknown model preset {budget.model}")
+    cli.require(budget.model in grid.MODEL_PRESETS, f"unknown model preset {budget.model}")
     cli.require(budget.num_train_steps > 0, f"--num_train_steps={budget.num_train_steps} must be positive")
     cli.require(budget.seeds, "--seeds is empty; give at least one seed")
     cli.require(all(d > 0 for d in budget.layer_counts), f"--depths={budget.depths}: layer counts must be positive")
@@ -245,9 +246,9 @@ def _state_path(output_dir):
 
 
 def _reproduction(state):
-    from realformer_tf.research import experiments
+    from realformer_tf.research import experiments, grid
 
-    budget = experiments.Budget(**state["settings"])  # JSON gave lists; the grid hashes tuples
+    budget = grid.Budget(**state["settings"])  # JSON gave lists; the grid hashes tuples
     budget = dataclasses.replace(budget, **{k: tuple(getattr(budget, k)) for k in LIST_TYPES})
     return experiments.Reproduction(state["output_dir"], state["variants"], budget, state["train_file"],
                                     state["eval_file"], state["vocab_size"], probe_variants=state["probe"])
@@ -269,13 +270,13 @@ def _worker_main():
     """One worker: trains its share of the selected runs, single file of output."""
     import tensorflow as tf
 
-    from realformer_tf.research import experiments
+    from realformer_tf.research import grid
 
     with tf.io.gfile.GFile(_state_path(FLAGS.output_dir)) as f:
         state = json.load(f)
     worker, workers = (int(x) for x in FLAGS.worker.split("/"))
     repro = _reproduction(state)
-    results = repro.run_all(experiments.share_of(_selected(repro), worker, workers))
+    results = repro.run_all(grid.share_of(_selected(repro), worker, workers))
     failed = [r.name for r in results if r.status == "failed"]
     if failed:
         raise cli.UserError(f"{len(failed)} run(s) failed: {', '.join(failed)}; rerun to retry them")
@@ -338,11 +339,11 @@ def main(argv):
         return _worker_main()
     import tensorflow as tf
 
-    from realformer_tf.research import experiments
+    from realformer_tf.research import grid, study_files
 
     try:
-        variants = experiments.parse_variants(FLAGS.variants)
-        probe = variants if FLAGS.probe_variants == "all" else experiments.parse_variants(FLAGS.probe_variants)
+        variants = grid.parse_variants(FLAGS.variants)
+        probe = variants if FLAGS.probe_variants == "all" else grid.parse_variants(FLAGS.probe_variants)
     except ValueError as e:
         raise cli.UsageError(f"--variants / --probe_variants: {e}") from None
     cli.require(set(probe) <= set(variants), "--probe_variants must be a subset of --variants")
@@ -351,7 +352,7 @@ def main(argv):
     FLAGS.output_dir = os.path.abspath(FLAGS.output_dir) if "://" not in FLAGS.output_dir else FLAGS.output_dir
     tf.io.gfile.makedirs(FLAGS.output_dir)
     train_file, eval_file, data_note = _check_inputs(budget, FLAGS.output_dir)
-    vocab_size = experiments.count_vocab(FLAGS.vocab_file) if FLAGS.vocab_file else FLAGS.vocab_size
+    vocab_size = study_files.count_vocab(FLAGS.vocab_file) if FLAGS.vocab_file else FLAGS.vocab_size
     state = dict(output_dir=FLAGS.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
                  train_file=train_file, eval_file=eval_file, vocab_size=vocab_size, data_note=data_note)
     with tf.io.gfile.GFile(_state_path(FLAGS.output_dir), "w") as f:
@@ -370,7 +371,7 @@ def main(argv):
             print(f"{run.name}: " + (f"{found.status} {json.dumps(found.results, sort_keys=True)}" if found else "not finished"))
     else:
         report, _ = _report(repro, state)
-        print(f"\nDone in {experiments.format_seconds(time.time() - started)}. Report: {report}", flush=True)
+        print(f"\nDone in {grid.format_seconds(time.time() - started)}. Report: {report}", flush=True)
     if failed_workers:
         raise cli.UserError(f"worker(s) {failed_workers} failed (their output above says why); rerun the same "
                             "command to retry: finished runs are reused, interrupted ones resume")

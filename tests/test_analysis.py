@@ -1,6 +1,6 @@
 """Attention analysis (entropy, adjacent-layer JSD, probabilities from carried scores,
 summaries, violin plots), analyze_attention.py, and the small-scale reproduction
-(experiments/reproduce.py and realformer_tf/experiments.py)."""
+(experiments/reproduce.py and realformer_tf/research/: grid, experiments, study_*)."""
 
 import dataclasses
 import json
@@ -13,9 +13,9 @@ import tensorflow as tf
 
 import helpers_data as h
 from realformer_tf import modeling
-from realformer_tf.research import analysis
-from realformer_tf.research import experiments
-from realformer_tf.research import study_report
+from realformer_tf.errors import UsageError
+from realformer_tf.research import analysis, attention_plots, attention_stats
+from realformer_tf.research import experiments, grid, study_files, study_report, study_stats
 
 PNG_HEADER = b"\x89PNG\r\n\x1a\n"
 
@@ -39,12 +39,12 @@ def _softmax(x):
 def test_entropy_of_uniform_over_real_keys_is_log_n():
     mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
     probs = _uniform_over_real(mask, heads=2)
-    entropy = analysis.attention_entropy(probs, mask)
+    entropy = attention_stats.attention_entropy(probs, mask)
     assert entropy.shape == (2, 8)  # heads x real query tokens (3 + 5)
     expected = np.array([math.log(3)] * 3 + [math.log(5)] * 5)
     np.testing.assert_allclose(entropy[0], expected, atol=1e-9)
     np.testing.assert_allclose(entropy[1], expected, atol=1e-9)
-    bits = analysis.attention_entropy(probs, mask, base=2)
+    bits = attention_stats.attention_entropy(probs, mask, base=2)
     np.testing.assert_allclose(bits[0], expected / math.log(2), atol=1e-9)
 
 
@@ -52,7 +52,7 @@ def test_entropy_of_one_hot_is_zero():
     mask = np.array([[1, 1, 1, 1]])
     probs = np.zeros([1, 3, 4, 4])
     probs[..., 2] = 1.0
-    np.testing.assert_allclose(analysis.attention_entropy(probs, mask), 0.0, atol=1e-12)
+    np.testing.assert_allclose(attention_stats.attention_entropy(probs, mask), 0.0, atol=1e-12)
 
 
 def test_entropy_excludes_padding_keys():
@@ -60,11 +60,11 @@ def test_entropy_excludes_padding_keys():
     # it is uniform, so log 4, not log 6.
     mask = np.array([[1, 1, 1, 1, 0, 0]])
     probs = np.full([1, 1, 6, 6], 1 / 6)
-    np.testing.assert_allclose(analysis.attention_entropy(probs, mask), math.log(4), atol=1e-9)
+    np.testing.assert_allclose(attention_stats.attention_entropy(probs, mask), math.log(4), atol=1e-9)
     # Mass on a padding key does not count: one-hot over the real keys -> 0.
     probs = np.zeros([1, 1, 6, 6])
     probs[..., 0], probs[..., 5] = 0.5, 0.5
-    np.testing.assert_allclose(analysis.attention_entropy(probs, mask), 0.0, atol=1e-12)
+    np.testing.assert_allclose(attention_stats.attention_entropy(probs, mask), 0.0, atol=1e-12)
 
 
 def test_entropy_excludes_padded_queries():
@@ -72,11 +72,11 @@ def test_entropy_excludes_padded_queries():
     probs = _uniform_over_real(mask)
     probs[0, :, 2:, :] = np.array([1.0, 0.0, 0.0, 0.0])  # padding queries: anything
     probs[1, :, 3, :] = 0.25
-    entropy = analysis.attention_entropy(probs, mask)
+    entropy = attention_stats.attention_entropy(probs, mask)
     assert entropy.shape == (1, 5)
     np.testing.assert_allclose(entropy[0], [math.log(2)] * 2 + [math.log(3)] * 3, atol=1e-9)
     # Works without a head axis too.
-    assert analysis.attention_entropy(probs[:, 0], mask).shape == (5,)
+    assert attention_stats.attention_entropy(probs[:, 0], mask).shape == (5,)
 
 
 # -- Jensen-Shannon --------------------------------------------------------------------------
@@ -85,11 +85,11 @@ def test_jsd_identical_disjoint_symmetric():
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(7), size=(3, 5))
     q = rng.dirichlet(np.ones(7), size=(3, 5))
-    np.testing.assert_allclose(analysis.jensen_shannon(p, p), 0.0, atol=1e-12)
-    np.testing.assert_allclose(analysis.jensen_shannon(p, q), analysis.jensen_shannon(q, p), atol=1e-12)
+    np.testing.assert_allclose(attention_stats.jensen_shannon(p, p), 0.0, atol=1e-12)
+    np.testing.assert_allclose(attention_stats.jensen_shannon(p, q), attention_stats.jensen_shannon(q, p), atol=1e-12)
     one_hot_a, one_hot_b = np.eye(4)[0], np.eye(4)[3]
-    assert analysis.jensen_shannon(one_hot_a, one_hot_b) == pytest.approx(1.0, abs=1e-12)
-    values = analysis.jensen_shannon(p, q)
+    assert attention_stats.jensen_shannon(one_hot_a, one_hot_b) == pytest.approx(1.0, abs=1e-12)
+    values = attention_stats.jensen_shannon(p, q)
     assert values.shape == (3, 5) and np.all((values >= 0) & (values <= 1))
 
 
@@ -98,7 +98,7 @@ def test_jsd_matches_scipy_and_is_safe_with_zeros():
 
     p = np.array([0.5, 0.5, 0.0, 0.0])
     q = np.array([0.0, 0.25, 0.25, 0.5])
-    value = analysis.jensen_shannon(p, q)
+    value = attention_stats.jensen_shannon(p, q)
     assert np.isfinite(value)
     # scipy returns the Jensen-Shannon *distance*, the square root of the divergence.
     assert value == pytest.approx(distance.jensenshannon(p, q, base=2) ** 2, abs=1e-12)
@@ -118,7 +118,7 @@ def _model_and_batch(**config):
 def test_attention_probabilities_match_direct_softmax(running_mean):
     cfg, model, features = _model_and_batch(residual_attention=True, use_running_mean=running_mean)
     scores = model(features, training=False)["attention_scores"]
-    probs = analysis.attention_probabilities(cfg, scores, features["input_mask"])
+    probs = attention_stats.attention_probabilities(cfg, scores, features["input_mask"])
     bias = (1.0 - features["input_mask"][:, None, None, :]) * -10000.0
     for layer, (s, p) in enumerate(zip(scores, probs)):
         divisor = layer + 1 if running_mean else 1
@@ -140,7 +140,7 @@ def test_running_mean_ignored_without_residual_attention():
     # their own scores otherwise), and so does the reconstruction.
     cfg, model, features = _model_and_batch(residual_attention=False, use_running_mean=True)
     scores = model(features, training=False)["attention_scores"]
-    probs = analysis.attention_probabilities(cfg, scores, features["input_mask"])
+    probs = attention_stats.attention_probabilities(cfg, scores, features["input_mask"])
     bias = (1.0 - features["input_mask"][:, None, None, :]) * -10000.0
     np.testing.assert_allclose(probs[2], _softmax(scores[2].numpy() + bias), atol=1e-6)
 
@@ -150,7 +150,7 @@ def test_running_mean_ignored_without_residual_attention():
 def test_collect_statistics_over_real_tokens():
     cfg, model, features = _model_and_batch(residual_attention=True)
     dataset = tf.data.Dataset.from_tensor_slices(features).batch(3)  # batches of 3 and 1
-    stats = analysis.collect_statistics(model, dataset, num_examples=3, label="rf")
+    stats = attention_stats.collect_statistics(model, dataset, num_examples=3, label="rf")
     mask = features["input_mask"][:3]
     n_real = int(mask.sum())
     assert (stats.num_examples, stats.num_layers, stats.num_heads, stats.num_tokens) == (3, 3, 2, n_real)
@@ -158,23 +158,23 @@ def test_collect_statistics_over_real_tokens():
     assert stats.label == "rf" and stats.entropy_unit == "nats"
 
     scores = model({k: v[:3] for k, v in features.items()}, training=False)["attention_scores"]
-    probs = analysis.attention_probabilities(cfg, scores, mask)
+    probs = attention_stats.attention_probabilities(cfg, scores, mask)
     for layer in range(3):
-        np.testing.assert_allclose(stats.entropy[layer], analysis.attention_entropy(probs[layer], mask),
+        np.testing.assert_allclose(stats.entropy[layer], attention_stats.attention_entropy(probs[layer], mask),
                                    atol=1e-4)
     for layer in range(2):
-        per_query = analysis.jensen_shannon(probs[layer], probs[layer + 1])  # [B, H, L]
+        per_query = attention_stats.jensen_shannon(probs[layer], probs[layer + 1])  # [B, H, L]
         expected = np.moveaxis(per_query, 0, -2)[..., mask.astype(bool)]
         np.testing.assert_allclose(stats.jsd[layer], expected, atol=1e-4)
 
-    everything = analysis.collect_statistics(model, dataset, num_examples=100)
+    everything = attention_stats.collect_statistics(model, dataset, num_examples=100)
     assert everything.num_examples == 4  # the data ran out first
     assert everything.num_tokens == int(features["input_mask"].sum())
 
 
 def _fake_stats(label, layers=3, heads=4, tokens=500, seed=0):
     rng = np.random.default_rng(seed)
-    return analysis.AttentionStatistics(
+    return attention_stats.AttentionStatistics(
         entropy=rng.gamma(2.0, 0.8, size=(layers, heads, tokens)).astype(np.float32),
         jsd=rng.beta(2.0, 5.0, size=(layers - 1, heads, tokens)).astype(np.float32),
         num_examples=10, label=label, description=f"{label} model")
@@ -182,7 +182,7 @@ def _fake_stats(label, layers=3, heads=4, tokens=500, seed=0):
 
 def test_summarize_is_json_and_exact():
     stats = _fake_stats("a")
-    summary = json.loads(json.dumps(analysis.summarize(stats)))
+    summary = json.loads(json.dumps(attention_stats.summarize(stats)))
     assert summary["num_tokens"] == 500 and summary["entropy_unit"] == "nats"
     layer1 = summary["entropy"]["per_layer"][1]
     assert layer1["layer"] == 1
@@ -197,15 +197,15 @@ def test_summarize_is_json_and_exact():
 def test_plots_are_written(tmp_path):
     stats = [_fake_stats("Post-LN", seed=1), _fake_stats("RealFormer", seed=2)]
     paths = [
-        analysis.plot_entropy(stats, str(tmp_path / "entropy.png")),
-        analysis.plot_jsd(stats, str(tmp_path / "jsd.png")),
-        analysis.plot_entropy(stats, str(tmp_path / "entropy_heads.png"), per_head=True),
-        analysis.plot_jsd(stats[0], str(tmp_path / "jsd_heads.png"), per_head=True),
+        attention_plots.plot_entropy(stats, str(tmp_path / "entropy.png")),
+        attention_plots.plot_jsd(stats, str(tmp_path / "jsd.png")),
+        attention_plots.plot_entropy(stats, str(tmp_path / "entropy_heads.png"), per_head=True),
+        attention_plots.plot_jsd(stats[0], str(tmp_path / "jsd_heads.png"), per_head=True),
         # degenerate data: one layer (no JSD), constant values
-        analysis.plot_jsd(_fake_stats("one", layers=1), str(tmp_path / "none.png"), per_head=True),
+        attention_plots.plot_jsd(_fake_stats("one", layers=1), str(tmp_path / "none.png"), per_head=True),
     ]
-    const = analysis.AttentionStatistics(np.zeros([2, 1, 3], np.float32), np.zeros([1, 1, 3], np.float32), 1, "c")
-    paths.append(analysis.plot_entropy(const, str(tmp_path / "const.png")))
+    const = attention_stats.AttentionStatistics(np.zeros([2, 1, 3], np.float32), np.zeros([1, 1, 3], np.float32), 1, "c")
+    paths.append(attention_plots.plot_entropy(const, str(tmp_path / "const.png")))
     for path in paths:
         with open(path, "rb") as f:
             data = f.read()
@@ -235,39 +235,61 @@ def test_text_examples(tmp_path):
 
 def test_variant_configs():
     expected = {
-        "post": (False, False, "post"), "pre": (False, False, "pre"),
+        "bert": (False, False, "post"), "pre_ln": (False, False, "pre"),
         "realformer": (True, False, "post"), "realformer_mean": (True, True, "post"),
         "normformer": (False, False, "normformer"), "realformer_normformer": (True, False, "normformer"),
     }
-    assert set(experiments.VARIANTS) == set(expected)
+    assert list(grid.STUDY_VARIANTS) == list(expected)
     for name, (residual, mean, norm) in expected.items():
-        cfg = modeling.BertConfig(**experiments.model_config(name, "small", 30522, 128))
+        cfg = modeling.BertConfig(**grid.model_config(name, "small", 30522, 128))
         assert (cfg.residual_attention, cfg.use_running_mean, cfg.layer_norm_type) == (residual, mean, norm)
+        assert not cfg.normformer_residual_scale
         assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads) == (4, 256, 4)
-    assert experiments.parse_variants("all") == list(experiments.VARIANTS)
-    with pytest.raises(ValueError, match="unknown variant"):
-        experiments.parse_variants("post,nope")
+    assert grid.parse_variants("all") == list(expected)
+    assert grid.parse_variants("normformer_residual_scale,bert") == ["normformer_residual_scale", "bert"]
+    with pytest.raises(UsageError, match="unknown variant.*nope.*choose from bert, realformer"):
+        grid.parse_variants("bert,nope")
+    with pytest.raises(ValueError, match="unknown variant.*post"):  # an old name is no flag value
+        grid.parse_variants("post")
+
+
+def test_a_study_started_under_the_old_names_is_reused(tmp_path):
+    """study.json of an older version names the variants post / pre, and its run folders
+    post_L2_...: the names map to the current ones and the folders are found."""
+    budget = grid.BUDGETS["toy"]
+    repro = experiments.Reproduction(str(tmp_path), ["post", "pre", "realformer"], budget, "train", "eval", 48,
+                                     probe_variants=["post"])
+    assert repro.variants == ["bert", "pre_ln", "realformer"] and repro.probe_variants == ["bert"]
+    run = grid.Run("bert", 1e-3, 1, 2, budget.num_train_steps, budget.num_warmup_steps)
+    assert run.name == "bert_L2_lr0.001_s1_n5"
+    assert os.path.basename(repro.run_dir(run)) == run.name  # nothing on disk: the new name
+    old = tmp_path / "post_L2_lr0.001_s1_n5"
+    old.mkdir()
+    (old / "eval_results.txt").write_text(f"global_step = {budget.num_train_steps}\nloss = 4.0\n"
+                                          "masked_lm_accuracy = 0.25\nmasked_lm_loss = 3.5\n")
+    assert repro.run_dir(run) == str(old)
+    assert repro.existing(run).status == "done" and repro.existing(run).accuracy == 0.25
 
 
 def test_split_documents():
     text = "\n\n".join(f"doc {i} line a\ndoc {i} line b" for i in range(10)) + "\n"
-    train, held_out = experiments.split_documents(text, eval_every=5)
+    train, held_out = study_files.split_documents(text, eval_every=5)
     assert "doc 4 line a\ndoc 4 line b" in held_out and "doc 9 line b" in held_out
     assert "doc 4" not in train and train.count("line a") == 8
     with pytest.raises(ValueError, match="two documents"):
-        experiments.split_documents("only one\ndocument\n", 5)
+        study_files.split_documents("only one\ndocument\n", 5)
 
 
 def test_read_scalars_and_reuse_detection(tmp_path):
-    budget = experiments.BUDGETS["toy"]
-    repro = experiments.Reproduction(str(tmp_path), ["post", "realformer"], budget, "train", "eval", 48,
-                                     probe_variants=["post"])
+    budget = grid.BUDGETS["toy"]
+    repro = experiments.Reproduction(str(tmp_path), ["bert", "realformer"], budget, "train", "eval", 48,
+                                     probe_variants=["bert"])
     steps, warmup = budget.num_train_steps, budget.num_warmup_steps
-    base = [experiments.Run(v, 1e-3, 1, 2, steps, warmup) for v in ("post", "realformer")]
-    assert repro.plan() == base + [experiments.Run("post", 1e-2, 1, 2, steps, warmup)]
+    base = [grid.Run(v, 1e-3, 1, 2, steps, warmup) for v in ("bert", "realformer")]
+    assert repro.plan() == base + [grid.Run("bert", 1e-2, 1, 2, steps, warmup)]
     done_run, diverged_run = base[0], repro.plan()[2]
     done = repro.run_dir(done_run)
-    assert os.path.basename(done) == "post_L2_lr0.001_s1_n5"
+    assert os.path.basename(done) == "bert_L2_lr0.001_s1_n5"
     os.makedirs(done)
     with open(os.path.join(done, "eval_results.txt"), "w") as f:
         f.write(f"global_step = {budget.num_train_steps}\nloss = 4.0\nmasked_lm_accuracy = 0.25\n"
@@ -293,8 +315,8 @@ def test_read_scalars_and_reuse_detection(tmp_path):
         for step, loss in ((1, 5.0), (2, 4.5), (3, 4.0)):
             tf.summary.scalar("loss", loss, step=step)
     writer.close()
-    assert experiments.read_scalars(summaries)["loss"] == [(1, 5.0), (2, 4.5), (3, 4.0)]
-    assert experiments.read_scalars(str(tmp_path / "missing")) == {}
+    assert study_files.read_scalars(summaries)["loss"] == [(1, 5.0), (2, 4.5), (3, 4.0)]
+    assert study_files.read_scalars(str(tmp_path / "missing")) == {}
 
 
 # -- scripts (subprocesses) -------------------------------------------------------------------
@@ -346,7 +368,7 @@ def test_reproduce_toy_end_to_end(tmp_path):
     train = h.write_pretraining_records(tmp_path / "train.tfrecord", 32, 32, 5)
     held_out = h.write_pretraining_records(tmp_path / "eval.tfrecord", 16, 32, 5, seed=1)
     out = tmp_path / "out"
-    args = h.flags(budget="toy", output_dir=out, variants="post,realformer", probe_variants="post",
+    args = h.flags(budget="toy", output_dir=out, variants="bert,realformer", probe_variants="bert",
                    depths="1,2", seeds="1,2", sweep_learning_rates="1e9", train_input_file=train,
                    eval_input_file=held_out, vocab_file=vocab, workers=2)
     proc = h.run_script("experiments/reproduce.py", *args)
@@ -356,14 +378,14 @@ def test_reproduce_toy_end_to_end(tmp_path):
     assert "Study: 10 runs" in proc.stdout and "[worker 1] [" in proc.stdout and "ETA" in proc.stdout
     results = json.load(open(out / "results.json"))["runs"]
     assert [r["status"] for r in results].count("done") == 8
-    assert {r["name"] for r in results if r["status"] == "diverged"} == {"post_L1_lr1e+09_s1_n5",
-                                                                        "post_L1_lr1e+09_s2_n5"}
+    assert {r["name"] for r in results if r["status"] == "diverged"} == {"bert_L1_lr1e+09_s1_n5",
+                                                                        "bert_L1_lr1e+09_s2_n5"}
     for r in results:
         if r["status"] == "done":
             assert r["results"]["global_step"] == 5 and 0 <= r["results"]["masked_lm_accuracy"] <= 1
     report = (out / "results.md").read_text()
-    assert "| Post-LN (vanilla BERT) | 2 | 2/2 | " in report and "largest stable lr" in report
-    assert "| Post-LN (vanilla BERT) | " in report.split("## Learning-rate sweep")[1]
+    assert "| Post-LN BERT | 2 | 2/2 | " in report and "largest stable lr" in report
+    assert "| Post-LN BERT | " in report.split("## Learning-rate sweep")[1]
     claims = json.load(open(out / "claims.json"))
     assert {c["verdict"] for c in claims} <= {"reproduced", "not reproduced", "inconclusive"}
     assert any("gap grows from 1 to 2 layers" in c["text"] for c in claims)
@@ -375,12 +397,12 @@ def test_reproduce_toy_end_to_end(tmp_path):
     # One run again from its seed, alone, in a fresh folder: the same held-out numbers.
     name = "realformer_L2_lr0.001_s2_n5"
     alone = h.run_script("experiments/reproduce.py", *h.flags(
-        budget="toy", output_dir=tmp_path / "again", variants="post,realformer", probe_variants="post",
+        budget="toy", output_dir=tmp_path / "again", variants="bert,realformer", probe_variants="bert",
         depths="1,2", seeds="1,2", sweep_learning_rates="1e9", train_input_file=train,
         eval_input_file=held_out, vocab_file=vocab, only=name))
     _check(alone, "reproduce.py --only")
-    first = experiments.read_eval_results(str(out / name / "eval_results.txt"))
-    second = experiments.read_eval_results(str(tmp_path / "again" / name / "eval_results.txt"))
+    first = study_files.read_eval_results(str(out / name / "eval_results.txt"))
+    second = study_files.read_eval_results(str(tmp_path / "again" / name / "eval_results.txt"))
     for key in ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy", "loss"):
         assert second[key] == first[key], key
     assert not (tmp_path / "again" / "results.md").exists()
@@ -389,16 +411,16 @@ def test_reproduce_toy_end_to_end(tmp_path):
     again = h.run_script("experiments/reproduce.py", *args, "--noanalysis")
     _check(again, "reproduce.py rerun")
     assert again.stdout.count("reusing the finished run") == 10
-    wrong = h.run_script("experiments/reproduce.py", *args, "--only=post_L9_lr1_s1_n5")
+    wrong = h.run_script("experiments/reproduce.py", *args, "--only=bert_L9_lr1_s1_n5")
     assert wrong.returncode == 1 and "is not a run of this grid" in wrong.stderr
 
 
 # -- the seeded study: its grid, its statistics ------------------------------------------------------
 
 def test_study_grid_covers_depths_seeds_and_the_sweep_once():
-    budget = experiments.BUDGETS["study"]
-    variants = list(experiments.VARIANTS)
-    runs = experiments.plan_runs(budget, variants, variants)
+    budget = grid.BUDGETS["study"]
+    variants = list(grid.STUDY_VARIANTS)
+    runs = grid.plan_runs(budget, variants, variants)
     depth_runs = [r for r in runs if r.steps == budget.num_train_steps]
     sweep_runs = [r for r in runs if r.steps == budget.sweep_train_steps]
     assert len(depth_runs) == len(variants) * len(budget.depths) * len(budget.seeds) == 36
@@ -412,15 +434,15 @@ def test_study_grid_covers_depths_seeds_and_the_sweep_once():
     assert [r.seed for r in runs] == sorted(r.seed for r in runs)
     # A sweep as long as the depth runs shares its base-lr runs with them.
     same_length = dataclasses.replace(budget, sweep_train_steps=0, sweep_warmup_steps=0)
-    shared = experiments.plan_runs(same_length, variants, variants)
+    shared = grid.plan_runs(same_length, variants, variants)
     assert len(shared) == len(runs) - len(variants) * len(budget.sweep_seeds)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 5])
 def test_workers_share_the_runs_exactly_once_and_evenly(workers):
-    budget = experiments.BUDGETS["study"]
-    runs = experiments.plan_runs(budget, list(experiments.VARIANTS), ["post", "pre"])
-    shares = [experiments.share_of(runs, k, workers) for k in range(workers)]
+    budget = grid.BUDGETS["study"]
+    runs = grid.plan_runs(budget, list(grid.STUDY_VARIANTS), ["bert", "pre_ln"])
+    shares = [grid.share_of(runs, k, workers) for k in range(workers)]
     assert sorted(r.name for share in shares for r in share) == sorted(r.name for r in runs)
     costs = [sum(r.cost for r in share) for share in shares]
     assert max(costs) - min(costs) <= max(r.cost for r in runs)
@@ -433,20 +455,20 @@ def test_verdicts_follow_welch_standard_errors():
 
     a, b = [0.30, 0.32, 0.31], [0.25, 0.26, 0.24]
     se = math.sqrt(statistics.variance(a) / 3 + statistics.variance(b) / 3)
-    verdict, diff, got_se, z = study_report.compare(a, b)
+    verdict, diff, got_se, z = study_stats.compare(a, b)
     assert verdict == "reproduced" and diff == pytest.approx(0.06) and got_se == pytest.approx(se)
     assert z == pytest.approx(0.06 / se)
-    assert study_report.compare(b, a)[0] == "not reproduced"
-    assert study_report.compare(a, b, direction=-1)[0] == "not reproduced"  # "lower is better" claims
-    assert study_report.compare([0.30, 0.40, 0.20], [0.29, 0.39, 0.21])[0] == "inconclusive"
-    assert study_report.compare([0.3], [0.2])[0] == "inconclusive"  # one seed: no spread to judge by
-    assert study_report.compare([0.3, float("nan"), 0.31], [0.2, 0.21])[0] == "reproduced"
+    assert study_stats.compare(b, a)[0] == "not reproduced"
+    assert study_stats.compare(a, b, direction=-1)[0] == "not reproduced"  # "lower is better" claims
+    assert study_stats.compare([0.30, 0.40, 0.20], [0.29, 0.39, 0.21])[0] == "inconclusive"
+    assert study_stats.compare([0.3], [0.2])[0] == "inconclusive"  # one seed: no spread to judge by
+    assert study_stats.compare([0.3, float("nan"), 0.31], [0.2, 0.21])[0] == "reproduced"
     # The gap between two pairs: (0.06 at depth) - (0.01 shallow), se from all four spreads.
     deep, shallow = (a, b), ([0.27, 0.28, 0.26], [0.26, 0.27, 0.25])
-    verdict, diff, se4, _ = study_report.compare_gaps(deep, shallow)
+    verdict, diff, se4, _ = study_stats.compare_gaps(deep, shallow)
     spread = sum(statistics.variance(x) / 3 for x in (*deep, *shallow))
     assert diff == pytest.approx(0.05) and se4 == pytest.approx(math.sqrt(spread)) and verdict == "reproduced"
-    assert study_report.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
+    assert study_stats.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
 
 
 def _masked_record(input_ids, positions, labels, max_predictions):
@@ -476,14 +498,14 @@ def test_plateau_baselines_count_unigram_and_copied_tokens(tmp_path):
     top = max(set(labels), key=labels.count)
     unigram = sum(label == top for label in labels) / len(labels)
     copy = sum(ids[p] == label or label == top for ids, ps, ls in records for p, label in zip(ps, ls)) / len(labels)
-    assert study_report.plateau_baselines(path, 6, 4) == (pytest.approx(unigram), pytest.approx(copy))
+    assert study_stats.plateau_baselines(path, 6, 4) == (pytest.approx(unigram), pytest.approx(copy))
     assert (unigram, copy) == (3 / 7, 4 / 7)
 
 
 def test_stability_verdict_compares_the_largest_stable_learning_rates(tmp_path):
-    budget = dataclasses.replace(experiments.BUDGETS["toy"], sweep_learning_rates=(1e-2, 1e-1), seeds=(1, 2))
-    repro = experiments.Reproduction(str(tmp_path), ["post", "realformer"], budget, "train", "eval", 48)
-    accuracy = {("post", 1e-3): 0.30, ("post", 1e-2): 0.11, ("post", 1e-1): None,  # None: NaN loss
+    budget = dataclasses.replace(grid.BUDGETS["toy"], sweep_learning_rates=(1e-2, 1e-1), seeds=(1, 2))
+    repro = experiments.Reproduction(str(tmp_path), ["bert", "realformer"], budget, "train", "eval", 48)
+    accuracy = {("bert", 1e-3): 0.30, ("bert", 1e-2): 0.11, ("bert", 1e-1): None,  # None: NaN loss
                 ("realformer", 1e-3): 0.31, ("realformer", 1e-2): 0.28, ("realformer", 1e-1): 0.10}
     results = []
     for run in repro.plan():
@@ -491,8 +513,8 @@ def test_stability_verdict_compares_the_largest_stable_learning_rates(tmp_path):
         results.append(experiments.RunResult(run, "diverged", {}, 1.0, 3) if acc is None else
                        experiments.RunResult(run, "done", {"masked_lm_accuracy": acc}, 1.0, run.steps))
     baseline = 0.10  # 0.11 is within the 0.01 margin of it: back at the plateau
-    assert study_report.max_stable_lr(repro, results, "post", baseline) == 1e-3
-    assert study_report.max_stable_lr(repro, results, "realformer", baseline) == 1e-2
+    assert study_stats.max_stable_lr(repro, results, "bert", baseline) == 1e-3
+    assert study_stats.max_stable_lr(repro, results, "realformer", baseline) == 1e-2
     (claim,) = study_report.stability_claims(repro, results, baseline)
     assert claim.verdict == "reproduced" and "0.01 vs 0.001" in claim.evidence
     table = "\n".join(study_report.sweep_table(repro, results, baseline))

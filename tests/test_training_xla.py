@@ -12,22 +12,17 @@ import numpy as np
 import pytest
 
 import helpers_data as h
+from realformer_tf.models import variants
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
-VARIANTS = {
-    "vanilla": dict(layer_norm_type="post", residual_attention=False),
-    "realformer": dict(layer_norm_type="post", residual_attention=True),
-    "running_mean": dict(layer_norm_type="post", residual_attention=True, use_running_mean=True),
-    "pre_ln": dict(layer_norm_type="pre", residual_attention=False),
-    "normformer": dict(layer_norm_type="normformer", residual_attention=False),
-    "realformer_normformer": dict(layer_norm_type="normformer", residual_attention=True),
-}
+# The variant table's names (NormFormer's optional residual scale: the smoke check's cases).
+VARIANTS = [name for name in variants.VARIANTS if name != "normformer_residual_scale"]
 GLOBAL, SEQ, PRED = 6, 12, 3
 
 
 def make_task(variant, dropout=0.1):
-    """A tiny pretraining task of `variant` (a VARIANTS key or "etc")."""
+    """A tiny pretraining task of `variant` (a variant name or "etc")."""
     if variant == "etc":
         from realformer_tf import etc_modeling
         from realformer_tf.families import get_family
@@ -41,7 +36,7 @@ def make_task(variant, dropout=0.1):
     from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
     config = h.tiny_config(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, intermediate_size=24,
-                           **VARIANTS[variant])
+                           **variants.get_variant(variant).settings)
     return PretrainingTask(config), config
 
 
@@ -107,7 +102,7 @@ def test_every_variant_trains_compiled(tmp_path, variant):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant,precision", [("realformer_normformer", "bfloat16"), ("vanilla", "float16"),
+@pytest.mark.parametrize("variant,precision", [("realformer_normformer", "bfloat16"), ("bert", "float16"),
                                                ("etc", "bfloat16")])
 def test_mixed_precision_trains_compiled(tmp_path, variant, precision):
     import tensorflow as tf
@@ -195,7 +190,7 @@ def test_every_variant_trains_compiled_under_mirrored_strategy(tmp_path):
     # Every variant trains; the compiled eval step (the same mechanism) runs for two, and
     # mixed precision for one, to keep the many per-replica XLA compilations in minutes.
     cases = [(v, "none", v in ("realformer_normformer", "etc")) for v in [*VARIANTS, "etc"]]
-    cases.append(("vanilla", "bfloat16", False))
+    cases.append(("bert", "bfloat16", False))
     code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
     proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=h.script_env(), capture_output=True,
                           text=True, timeout=1500)

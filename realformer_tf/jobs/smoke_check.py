@@ -19,25 +19,21 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from realformer_tf.errors import UsageError
 from realformer_tf.training import distribution
 from realformer_tf.models.etc import model as etc_modeling
 from realformer_tf.training import optimization
-from realformer_tf.models.bert.config import BertConfig
+from realformer_tf.models import variants as variants_lib
 from realformer_tf.families import get_family
 from realformer_tf.jobs.runner import RunOptions
 from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 from realformer_tf.training.trainer import Trainer
 
-# name -> BertConfig switches ("etc": an EtcConfig with ETC's defaults, RealFormer on).
-VARIANTS = {
-    "bert_post_ln": dict(residual_attention=False, layer_norm_type="post"),
-    "realformer": dict(residual_attention=True, layer_norm_type="post"),
-    "realformer_running_mean": dict(residual_attention=True, use_running_mean=True),
-    "pre_ln": dict(residual_attention=False, layer_norm_type="pre"),
-    "normformer": dict(residual_attention=False, layer_norm_type="normformer", normformer_residual_scale=True),
-    "realformer_normformer": dict(residual_attention=True, layer_norm_type="normformer"),
-    "etc": None,
-}
+# What the check builds: every named variant (realformer_tf.models.variants) as a BertConfig,
+# and "etc": an EtcConfig with ETC's defaults and the "realformer" variant applied.
+ETC = "etc"
+VARIANTS = (*variants_lib.VARIANTS, ETC)
+NAME_WIDTH = max(map(len, VARIANTS)) + 1  # the report's first column
 
 
 @dataclasses.dataclass
@@ -58,11 +54,12 @@ def variant_config(name, size):
     """The BertConfig (EtcConfig for "etc") of a variant at `size`, dropout on."""
     common = dict(vocab_size=size.vocab_size, hidden_size=size.hidden_size, num_hidden_layers=size.num_layers,
                   num_attention_heads=size.num_heads, intermediate_size=4 * size.hidden_size)
-    if name == "etc":
+    if name == ETC:
         radius = min(16, size.seq_length // 2)
-        return etc_modeling.EtcConfig(**common, local_radius=radius, relative_pos_max_distance=4,
-                                      relative_vocab_size=12)
-    return BertConfig(**common, max_position_embeddings=size.seq_length, type_vocab_size=2, **VARIANTS[name])
+        return variants_lib.apply_variant(
+            etc_modeling.EtcConfig(**common, local_radius=radius, relative_pos_max_distance=4,
+                                   relative_vocab_size=12), "realformer")
+    return variants_lib.variant_config(name, **common, max_position_embeddings=size.seq_length, type_vocab_size=2)
 
 
 def synthetic_examples(count, size, seed=0):
@@ -253,18 +250,18 @@ def report_header(strategy, size, steps, mixed_precision, run_dir):
         f"mixed precision {mixed_precision}, {steps} timed steps",
         f"checkpoints: {run_dir}",
         "",
-        f"{'variant':<24} {'compile s':>9} {'steps/s':>8}  {'loss first -> last':<19} checkpoint",
+        f"{'variant':<{NAME_WIDTH}} {'compile s':>9} {'steps/s':>8}  {'loss first -> last':<19} checkpoint",
     ]
 
 
 def report_row(r):
     if not r.ok:
-        return f"{r.name:<24} FAILED: {r.error}"
-    return (f"{r.name:<24} {r.compile_s:>9.1f} {r.steps_per_s:>8.2f}  "
+        return f"{r.name:<{NAME_WIDTH}} FAILED: {r.error}"
+    return (f"{r.name:<{NAME_WIDTH}} {r.compile_s:>9.1f} {r.steps_per_s:>8.2f}  "
             f"{r.first_loss:>7.3f} -> {r.last_loss:<8.3f} {r.checkpoint}")
 
 
-def run(strategy, output_dir, variants=tuple(VARIANTS), size=None, steps=5, mixed_precision="bfloat16",
+def run(strategy, output_dir, variants=VARIANTS, size=None, steps=5, mixed_precision="bfloat16",
         keep_checkpoints=False, print_fn=print):
     """Checks each variant in turn, printing the report as it goes; returns the
     VariantResults. A failing variant's traceback goes to stderr after the table.
@@ -273,7 +270,7 @@ def run(strategy, output_dir, variants=tuple(VARIANTS), size=None, steps=5, mixe
         strategy: the tf.distribute strategy whose devices run the steps.
         output_dir: the checkpoints go to a `smoke_check-<time>` folder inside it
             (removed when every variant passes, unless `keep_checkpoints`).
-        variants: names from `VARIANTS`.
+        variants: names from `VARIANTS` (the named variants and "etc").
         size: a `Size` (default: 2 layers, hidden 128, sequence 128, 8 per replica).
         steps: timed training steps per variant, after the first (compiling) one.
         mixed_precision: one of distribution.MIXED_PRECISION; the caller's global
@@ -284,7 +281,7 @@ def run(strategy, output_dir, variants=tuple(VARIANTS), size=None, steps=5, mixe
     size = size or Size()
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
-        raise ValueError(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+        raise UsageError(f"--variants: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
     run_dir = os.path.join(output_dir, time.strftime("smoke_check-%Y%m%d-%H%M%S"))
     previous_policy = keras.mixed_precision.global_policy().name
     previous_log_level = tf.get_logger().level

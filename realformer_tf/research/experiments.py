@@ -1,14 +1,9 @@
-"""The grid of pretraining runs behind experiments/reproduce.py: the papers' variants
-(Post-LN, Pre-LN, RealFormer, RealFormer running mean, NormFormer, RealFormer +
-NormFormer) at several depths and seeds, plus a learning-rate sweep (the RealFormer
-paper's Table 2 and Table 6, NormFormer's stability claim).
-
-A `Budget` defines the grid, `plan_runs` lists its `Run`s, and `Reproduction` trains and
-evaluates each one with the pretraining job run_pretraining.py runs
+"""Trains the runs of a study grid (`realformer_tf.research.grid`): `Reproduction` trains
+and evaluates each one with the pretraining job run_pretraining.py runs
 (`realformer_tf.jobs.tasks.pretraining.run_pretraining`, in this process), into its own
 output_dir: finished runs (eval_results.txt at the run's step) are reused and
-interrupted ones resume from their checkpoints. `share_of` splits the runs among
-parallel worker processes. realformer_tf/study_report.py writes the report.
+interrupted ones resume from their checkpoints. realformer_tf/research/study_report.py
+writes the report.
 """
 
 import dataclasses
@@ -20,250 +15,8 @@ import time
 
 import tensorflow as tf
 
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    name: str
-    title: str
-    config: dict
-
-
-VARIANTS = {v.name: v for v in (
-    Variant("post", "Post-LN (vanilla BERT)", dict(residual_attention=False, layer_norm_type="post")),
-    Variant("pre", "Pre-LN", dict(residual_attention=False, layer_norm_type="pre")),
-    Variant("realformer", "RealFormer (Post-LN + residual attention)",
-            dict(residual_attention=True, layer_norm_type="post")),
-    Variant("realformer_mean", "RealFormer, running mean",
-            dict(residual_attention=True, use_running_mean=True, layer_norm_type="post")),
-    Variant("normformer", "NormFormer", dict(residual_attention=False, layer_norm_type="normformer")),
-    Variant("realformer_normformer", "RealFormer + NormFormer",
-            dict(residual_attention=True, layer_norm_type="normformer")),
-)}
-
-MODEL_PRESETS = {
-    "tiny": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
-    "narrow": dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256),
-    "mini": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512),
-    "small": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    """Everything a preset fixes; reproduce.py's flags override single fields.
-
-    The grid it defines: every variant at every depth in `depths` (empty: the model
-    preset's) with every seed in `seeds`, `num_train_steps` at `learning_rate`; and the
-    learning-rate sweep: the probe variants at the first depth, at `learning_rate` and
-    each of `sweep_learning_rates`, `sweep_train_steps` each (0: num_train_steps), with
-    the seeds in `sweep_seeds` (empty: `seeds`). A sweep run identical to a depth run is
-    trained once."""
-
-    model: str
-    num_train_steps: int
-    train_batch_size: int
-    num_warmup_steps: int
-    learning_rate: float
-    eval_batch_size: int
-    max_eval_steps: int
-    iterations_per_loop: int
-    save_checkpoints_steps: int
-    analysis_examples: int
-    max_seq_length: int
-    max_predictions_per_seq: int
-    sweep_learning_rates: tuple = ()
-    sweep_train_steps: int = 0
-    sweep_warmup_steps: int = 0
-    depths: tuple = ()
-    seeds: tuple = (1,)
-    sweep_seeds: tuple = ()
-    dropout: float = 0.1
-    note: str = ""
-
-    @property
-    def layer_counts(self):
-        return tuple(self.depths) or (MODEL_PRESETS[self.model]["num_hidden_layers"],)
-
-
-BUDGETS = {
-    # Seconds per run: for the tests and for trying the pipeline.
-    "toy": Budget(model="tiny", num_train_steps=5, train_batch_size=8, num_warmup_steps=1,
-                  learning_rate=1e-3, sweep_learning_rates=(1e-2,), eval_batch_size=8, max_eval_steps=2,
-                  iterations_per_loop=1, save_checkpoints_steps=5, analysis_examples=8,
-                  max_seq_length=32, max_predictions_per_seq=5,
-                  note="plumbing only; the numbers mean nothing"),
-    # All 12 runs (6 variants x 2 learning rates) in about 40 minutes on 2 CPU cores; see
-    # experiments/reproduce.py for the measurement this is sized from.
-    "small": Budget(model="small", num_train_steps=180, train_batch_size=16, num_warmup_steps=18,
-                    learning_rate=5e-4, sweep_learning_rates=(2e-3,), eval_batch_size=32, max_eval_steps=8,
-                    iterations_per_loop=10, save_checkpoints_steps=60, analysis_examples=256,
-                    max_seq_length=128, max_predictions_per_seq=20,
-                    note="a few minutes of training per run: shows early-training trends only"),
-    # The seeded study (experiments/README.md): deep-and-narrow models, 2 depths x 6
-    # variants x 3 seeds, and a 4-point learning-rate sweep x 2 seeds; sized from
-    # measured step times for about 100 minutes on 2 CPU cores (2 single-threaded workers).
-    "study": Budget(model="narrow", num_train_steps=2500, train_batch_size=32, num_warmup_steps=250,
-                    learning_rate=1e-3, sweep_learning_rates=(3e-3, 1e-2, 3e-2), sweep_train_steps=800,
-                    sweep_warmup_steps=40, depths=(4, 12), seeds=(1, 2, 3), sweep_seeds=(1, 2),
-                    dropout=0.0, eval_batch_size=64, max_eval_steps=0, iterations_per_loop=100,
-                    save_checkpoints_steps=500, analysis_examples=512, max_seq_length=64,
-                    max_predictions_per_seq=10,
-                    note="deep-and-narrow models, 3 seeds, and a learning-rate sweep"),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One pretraining run of the grid: everything that differs between runs."""
-
-    variant: str
-    learning_rate: float
-    seed: int
-    layers: int
-    steps: int
-    warmup: int
-
-    @property
-    def name(self):
-        return f"{self.variant}_L{self.layers}_lr{format_lr(self.learning_rate)}_s{self.seed}_n{self.steps}"
-
-    @property
-    def cost(self):
-        """Relative compute (steps x layers): for sharing runs among workers and the ETA."""
-        return self.steps * self.layers
-
-
-def model_config(variant, preset, vocab_size, max_seq_length, layers=0, dropout=0.1):
-    """The bert_config dict of `variant` at size `preset` (`layers`: a depth other than
-    the preset's)."""
-    config = dict(
-        vocab_size=int(vocab_size), hidden_act="gelu", hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout, max_position_embeddings=max(int(max_seq_length), 16),
-        type_vocab_size=2, initializer_range=0.02, use_running_mean=False,
-    )
-    config.update(MODEL_PRESETS[preset])
-    if layers:
-        config["num_hidden_layers"] = int(layers)
-    config.update(VARIANTS[variant].config)
-    return config
-
-
-def plan_runs(budget, variants, probe_variants):
-    """The grid's runs, seed by seed (a study stopped early holds whole seeds), each once."""
-    sweep_seeds = budget.sweep_seeds or budget.seeds
-    sweep_lrs = (budget.learning_rate,) + tuple(budget.sweep_learning_rates)
-    runs = []
-    for seed in budget.seeds:
-        for layers in budget.layer_counts:
-            runs += [Run(v, budget.learning_rate, seed, layers, budget.num_train_steps,
-                         budget.num_warmup_steps) for v in variants]
-        if seed in sweep_seeds and budget.sweep_learning_rates:
-            steps = budget.sweep_train_steps or budget.num_train_steps
-            warmup = budget.sweep_warmup_steps or budget.num_warmup_steps
-            runs += [Run(v, lr, seed, budget.layer_counts[0], steps, warmup)
-                     for lr in sweep_lrs for v in probe_variants]
-    return list(dict.fromkeys(runs))
-
-
-def share_of(runs, worker, workers):
-    """The runs worker `worker` of `workers` trains: longest first to the least loaded
-    worker. A fixed function of the plan, so the workers agree without talking."""
-    loads, shares = [0] * workers, [[] for _ in range(workers)]
-    for run in sorted(runs, key=lambda r: -r.cost):
-        w = loads.index(min(loads))
-        loads[w] += run.cost
-        shares[w].append(run)
-    order = {run: i for i, run in enumerate(runs)}
-    return sorted(shares[worker], key=order.get)
-
-
-def parse_variants(text):
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    if names == ["all"]:
-        return list(VARIANTS)
-    unknown = [n for n in names if n not in VARIANTS]
-    if unknown or not names:
-        raise ValueError(f"unknown variant(s) {', '.join(unknown) or '(none given)'}; choose from "
-                         f"{', '.join(VARIANTS)} or 'all'")
-    return names
-
-
-def format_lr(lr):
-    return f"{lr:g}"
-
-
-def format_seconds(seconds):
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-# -- reading what run_pretraining.py wrote ---------------------------------------------------
-
-def read_eval_results(path):
-    """eval_results.txt ("key = value" lines) -> {key: float}; None if absent."""
-    if not tf.io.gfile.exists(path):
-        return None
-    results = {}
-    with tf.io.gfile.GFile(path) as f:
-        for line in f:
-            if " = " in line:
-                key, value = line.split(" = ", 1)
-                try:
-                    results[key.strip()] = float(value)
-                except ValueError:
-                    pass
-    return results
-
-
-def read_scalars(summary_dir):
-    """{tag: [(step, value), ...]} (sorted by step, last value per step) from the event
-    files of `summary_dir` (what orbit's summary manager writes)."""
-    series = {}
-    if not tf.io.gfile.isdir(summary_dir):
-        return {}
-    for path in sorted(tf.io.gfile.glob(os.path.join(summary_dir, "events.out.tfevents.*"))):
-        try:
-            for record in tf.data.TFRecordDataset(path):
-                event = tf.compat.v1.Event.FromString(record.numpy())
-                for value in event.summary.value:
-                    if value.HasField("tensor"):
-                        number = float(tf.make_ndarray(value.tensor).reshape(-1)[0])
-                    else:
-                        number = float(value.simple_value)
-                    series.setdefault(value.tag, {})[int(event.step)] = number
-        except tf.errors.DataLossError:
-            continue  # a file being written, or truncated by a crash: keep what was read
-    return {tag: sorted(points.items()) for tag, points in series.items()}
-
-
-def checkpoint_step(run_dir):
-    """Global step of the latest training checkpoint in run_dir (0 if none)."""
-    latest = tf.train.latest_checkpoint(run_dir) if tf.io.gfile.isdir(run_dir) else None
-    match = re.search(r"ckpt-(\d+)$", latest or "")
-    return int(match.group(1)) if match else 0
-
-
-# -- data --------------------------------------------------------------------------------------
-
-def split_documents(text, eval_every):
-    """Raw create_pretraining_data text (blank lines between documents) -> (train, eval)
-    texts, every `eval_every`-th document held out (at least one each way)."""
-    documents = [d.strip("\n") for d in re.split(r"\n\s*\n", text) if d.strip()]
-    if len(documents) < 2:
-        raise ValueError("the text needs at least two documents (separated by blank lines) to "
-                         "hold one out; or give --eval_text_file")
-    held_out = {i for i in range(len(documents)) if i % eval_every == eval_every - 1} or {len(documents) - 1}
-    train = [d for i, d in enumerate(documents) if i not in held_out]
-    evaluation = [d for i, d in enumerate(documents) if i in held_out]
-    return "\n\n".join(train) + "\n", "\n\n".join(evaluation) + "\n"
-
-
-def count_vocab(vocab_file):
-    from realformer_tf.data.vocab import check_vocab
-
-    return len(check_vocab(vocab_file))
+from realformer_tf.research.grid import Run, canonical_names, format_lr, format_seconds, model_config, plan_runs, title
+from realformer_tf.research.study_files import checkpoint_step, read_eval_results
 
 
 # -- training ------------------------------------------------------------------------------
@@ -277,8 +30,8 @@ def train_in_process(options, log_path, on_line=None):
 
     import keras
 
+    from realformer_tf.errors import NonFiniteLossError
     from realformer_tf.jobs.tasks.pretraining import run_pretraining
-    from realformer_tf.training.trainer import NonFiniteLossError
 
     console, start = sys.stdout, time.time()
 
@@ -364,9 +117,9 @@ class Reproduction:
     def __init__(self, output_dir, variants, budget, train_file, eval_file, vocab_size,
                  probe_variants=None, log_fn=print):
         self.output_dir = output_dir
-        self.variants = list(variants)
+        self.variants = canonical_names(variants)  # a study.json may hold old names
         self.probe_variants = list(self.variants if probe_variants is None else
-                                   [v for v in self.variants if v in probe_variants])
+                                   [v for v in self.variants if v in canonical_names(probe_variants)])
         self.budget = budget
         self.train_file = train_file
         self.eval_file = eval_file
@@ -380,7 +133,15 @@ class Reproduction:
         return plan_runs(self.budget, self.variants, self.probe_variants)
 
     def run_dir(self, run):
-        return os.path.join(self.output_dir, run.name)
+        """The run's folder; that of its old name (e.g. post_L4_...) when a study started
+        before the variant names were unified holds it, so it is reused or resumed."""
+        path = os.path.join(self.output_dir, run.name)
+        if not tf.io.gfile.isdir(path):
+            for name in run.legacy_names:
+                legacy = os.path.join(self.output_dir, name)
+                if tf.io.gfile.isdir(legacy):
+                    return legacy
+        return path
 
     # -- running ---------------------------------------------------------------------------
     def _train_options(self, run, run_dir, config_file):
@@ -500,7 +261,7 @@ class Reproduction:
         log_path = os.path.join(run_dir, "reproduce.log")
         start = time.time()
         resumed = checkpoint_step(run_dir)
-        self.log(f"{tag} {VARIANTS[run.variant].title}, {run.layers} layers, lr {format_lr(run.learning_rate)}, "
+        self.log(f"{tag} {title(run.variant)}, {run.layers} layers, lr {format_lr(run.learning_rate)}, "
                  f"seed {run.seed}: " + (f"resuming from step {resumed} of " if resumed else "training ")
                  + f"{run.steps} steps (log: {log_path}) | elapsed {format_seconds(start - self.started)}"
                  f" | ETA {format_seconds(self.eta(remaining_cost))}")
