@@ -119,6 +119,9 @@ def build_classifier(kind, size, seed):
     probabilities differ visibly (the 0.02 initializer gives ~0.5 / 0.5)."""
     import keras
     from realformer_tf import etc_modeling, modeling
+    from realformer_tf.checkpoints import bert as bert_checkpoint
+    from realformer_tf.checkpoints import etc_official
+    from realformer_tf.checkpoints import hf as hf_checkpoint
     from realformer_tf.models import variants
 
     keras.utils.set_random_seed(seed)
@@ -128,14 +131,14 @@ def build_classifier(kind, size, seed):
             vocab_size=_vocab_size(), max_absolute_position_embeddings=ETC_MAX_SEQ_LENGTH,
             residual_attention=False, **dims)
         model = etc_modeling.EtcClassifierModel(config, num_labels=2)
-        variables = model.etc_checkpoint_variables()
+        variables = etc_official.etc_variables(model)
         head = "classifier/output_weights"
     else:
         # kind: a name of realformer_tf.models.variants ("vanilla": this benchmark's label of "bert").
         config = variants.variant_config("bert" if kind == "vanilla" else kind, vocab_size=_vocab_size(),
                                          max_position_embeddings=512, type_vocab_size=2, **dims)
         model = modeling.BertClassifierModel(config, num_labels=2)
-        variables = model.bert_checkpoint_variables()
+        variables = bert_checkpoint.bert_variables(model)
         head = "output_weights"
     rng = np.random.default_rng(seed)
     variables[head].assign(rng.normal(0, 0.3, variables[head].shape).astype(np.float32))
@@ -209,7 +212,7 @@ def make_exports(args, work):
             continue
         model = build_classifier(kind, size, seed)
         if kind == "vanilla":
-            hf = model.save_hf_folder(os.path.join(work, "hf"))
+            hf = hf_checkpoint.save_hf_folder(model, os.path.join(work, "hf"))
             shutil.copy(VOCAB_FILE, os.path.join(hf, "vocab.txt"))
             paths["vanilla"] = export_one(model, os.path.join(work, "vanilla"))
             for lever in ("pad_max", "xla"):

@@ -319,7 +319,7 @@ def _spawn_workers(count):
 def _report(repro, state):
     import tensorflow as tf
 
-    from realformer_tf.research import study_report
+    from realformer_tf.research import study_report, study_stats
 
     results = repro.collect()
     report = study_report.write_all(repro, results, FLAGS.budget, state["data_note"],
@@ -328,7 +328,7 @@ def _report(repro, state):
         json.dump({"budget": FLAGS.budget, "settings": state["settings"], "vocab_size": state["vocab_size"],
                    "train_file": state["train_file"], "eval_file": state["eval_file"],
                    "threads_per_worker": FLAGS.threads_per_worker,
-                   "runs": [study_report.result_dict(r) for r in results]}, f, indent=2)
+                   "runs": [study_stats.result_dict(r) for r in results]}, f, indent=2)
     return report, results
 
 

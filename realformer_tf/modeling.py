@@ -6,9 +6,11 @@
     model = modeling.BertModel(config)
     out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg})
 
-The classes live in `realformer_tf.models.bert`; the original module functions
-(`transformer_model`, `get_assignment_map_from_checkpoint`, ...) are described in
-docs/original_api.md. This module only re-exports.
+The classes live in `realformer_tf.models.bert`; the original module functions are in
+`realformer_tf.models.bert.original_api` (those that name no variable) and
+`realformer_tf.checkpoints.original_names` (`transformer_model`,
+`get_assignment_map_from_checkpoint`, ...), described in docs/original_api.md;
+checkpoint I/O is `realformer_tf.checkpoints.bert` / `.hf`. This module only re-exports.
 """
 
 from realformer_tf.errors import CheckpointError, ConfigError  # noqa: F401
@@ -17,9 +19,11 @@ from realformer_tf.models.bert.model import (  # noqa: F401
     BertClassifierModel, BertModel, BertPretrainingModel, BertSquadModel,
 )
 from realformer_tf.models.bert.original_api import (  # noqa: F401
-    assert_rank, attention_layer, create_attention_mask_from_input_mask, create_initializer,
-    dropout, embedding_lookup, embedding_postprocessor, function_variables, gelu, get_activation,
-    get_assignment_map_from_checkpoint, get_shape_list, layer_norm, layer_norm_and_dropout,
-    realformer_model, reshape_from_matrix, reshape_to_matrix, residual_attention_layer,
-    transformer_model,
+    assert_rank, create_attention_mask_from_input_mask, create_initializer, dropout, gelu,
+    get_activation, get_shape_list, reshape_from_matrix, reshape_to_matrix,
+)
+from realformer_tf.checkpoints.original_names import (  # noqa: F401
+    attention_layer, embedding_lookup, embedding_postprocessor, function_variables,
+    get_assignment_map_from_checkpoint, layer_norm, layer_norm_and_dropout, realformer_model,
+    reset_variables, residual_attention_layer, transformer_model,
 )

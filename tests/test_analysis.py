@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import helpers_data as h
 from realformer_tf import modeling
+from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.errors import UsageError
 from realformer_tf.research import analysis, attention_plots, attention_stats
 from realformer_tf.research import experiments, grid, study_files, study_report, study_stats
@@ -334,7 +335,7 @@ def test_analyze_attention_script(tmp_path):
         cfg = h.tiny_config(residual_attention=residual)
         model = modeling.BertModel(cfg)
         os.makedirs(tmp_path / name)
-        prefixes.append(model.save_bert_checkpoint(str(tmp_path / name / "bert_model.ckpt")))
+        prefixes.append(bert_checkpoint.save_bert_checkpoint(model, str(tmp_path / name / "bert_model.ckpt")))
         cfg.to_json_file(str(tmp_path / name / "bert_config.json"))
     out = tmp_path / "out"
     proc = h.run_script("analyze_attention.py", *h.flags(

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from realformer_tf import etc_modeling
+from realformer_tf.checkpoints import etc_official
 from realformer_tf.errors import ConfigError
 from realformer_tf.models.etc import inputs as etc_inputs
 
@@ -222,17 +223,17 @@ def test_etc_checkpoints_pretraining_to_classifier(tmp_path):
 
     config = tiny_config(num_hidden_layers=1)
     pre = etc_modeling.EtcPretrainingModel(config)
-    names = pre.etc_checkpoint_variables()
+    names = etc_official.etc_variables(pre)
     assert len(names) == len(pre.weights)
     assert {n.split("/")[0] for n in names} == {"etc", "predictions", "seq_relationship"}
-    prefix = pre.save_etc_checkpoint(str(tmp_path / "etc_model.ckpt"))
+    prefix = etc_official.save_etc_checkpoint(pre, str(tmp_path / "etc_model.ckpt"))
     clf = etc_modeling.EtcClassifierModel(config, num_labels=2)
-    clf.load_etc_checkpoint(prefix, skip_heads=True)
-    encoder = {n: v for n, v in clf.etc_checkpoint_variables().items() if n.startswith("etc/")}
+    etc_official.load_etc_checkpoint(clf, prefix, skip_heads=True)
+    encoder = {n: v for n, v in etc_official.etc_variables(clf).items() if n.startswith("etc/")}
     assert encoder and all(np.array_equal(v.numpy(), names[n].numpy()) for n, v in encoder.items())
     other = etc_modeling.EtcClassifierModel(tiny_config(num_hidden_layers=1, share_qkv_projections=False), 2)
     with pytest.raises(CheckpointError):
-        other.load_etc_checkpoint(prefix, skip_heads=True)
+        etc_official.load_etc_checkpoint(other, prefix, skip_heads=True)
 
 
 @pytest.mark.slow
@@ -279,4 +280,4 @@ def _train_etc_pretraining(tmp_path, float16):
     assert {"masked_lm_accuracy", "next_sentence_loss", "loss"} <= set(results)
     prefix = family.save_final_checkpoint(trainer.model, str(tmp_path), config)
     assert etc_modeling.EtcConfig.from_json_file(str(tmp_path / "etc_config.json")) == config
-    etc_modeling.EtcClassifierModel(config, 2).load_etc_checkpoint(prefix, skip_heads=True)
+    etc_official.load_etc_checkpoint(etc_modeling.EtcClassifierModel(config, 2), prefix, skip_heads=True)

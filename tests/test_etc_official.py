@@ -291,7 +291,7 @@ def test_official_checkpoint_matches_numpy_reference(case, tmp_path):
     config, model = official_model(tmp_path, dict(values, residual_attention=False))
     weights = random_official_weights(values, seed=len(case))
     prefix = write_tf1_checkpoint(str(tmp_path / "official.ckpt"), weights)
-    model.load_etc_checkpoint(prefix)
+    etc_checkpoint.load_etc_checkpoint(model, prefix)
     w64 = {k: v.astype(np.float64) for k, v in weights.items()}
     for with_masks in (False, True):
         ours, reference = make_inputs(values, seed=3, with_masks=with_masks)
@@ -316,15 +316,15 @@ def test_save_official_names_then_load_is_bit_exact(case, tmp_path):
     values = CASES[case]
     _, model = official_model(tmp_path, values)  # with residual attention: weights alike
     weights = random_official_weights(values, seed=11)
-    model.load_etc_checkpoint(write_tf1_checkpoint(str(tmp_path / "in.ckpt"), weights))
-    prefix = model.save_etc_checkpoint(str(tmp_path / "out.ckpt"), official_names=True)
+    etc_checkpoint.load_etc_checkpoint(model, write_tf1_checkpoint(str(tmp_path / "in.ckpt"), weights))
+    prefix = etc_checkpoint.save_etc_checkpoint(model, str(tmp_path / "out.ckpt"), official_names=True)
     stored = dict(tf.train.list_variables(prefix))
     assert {k: tuple(v) for k, v in stored.items()} == official_shapes(values)
     reader = tf.train.load_checkpoint(prefix)
     for name, value in weights.items():
         np.testing.assert_array_equal(reader.get_tensor(name), value, err_msg=name)
     _, again = official_model(tmp_path, values, "again.json")
-    again.load_etc_checkpoint(prefix)
+    etc_checkpoint.load_etc_checkpoint(again, prefix)
     for a, b in zip(model.weights, again.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     ours, _ = make_inputs(values, seed=4, with_masks=True)
@@ -336,12 +336,12 @@ def test_classifier_from_official_encoder_and_heads_round_trip(tmp_path):
     weights = random_official_weights(OFFICIAL_B, seed=5)
     prefix = write_tf1_checkpoint(str(tmp_path / "official.ckpt"), weights)
     classifier = etc_modeling.EtcClassifierModel(config, num_labels=3)
-    classifier.load_etc_checkpoint(prefix, skip_heads=True)
-    saved = classifier.save_etc_checkpoint(str(tmp_path / "clf.ckpt"), official_names=True)
+    etc_checkpoint.load_etc_checkpoint(classifier, prefix, skip_heads=True)
+    saved = etc_checkpoint.save_etc_checkpoint(classifier, str(tmp_path / "clf.ckpt"), official_names=True)
     names = dict(tf.train.list_variables(saved))
     assert "classifier/output_weights" in names and f"{ROOT}/segment_emb_lookup/embedding_table" in names
     again = etc_modeling.EtcClassifierModel(config, num_labels=3)
-    again.load_etc_checkpoint(saved)
+    etc_checkpoint.load_etc_checkpoint(again, saved)
     ours, _ = make_inputs(OFFICIAL_B, seed=6, with_masks=False)
     np.testing.assert_array_equal(classifier(ours)["logits"].numpy(), again(ours)["logits"].numpy())
 
@@ -359,11 +359,11 @@ def test_missing_unexpected_misshaped_official_variables_are_named(tmp_path):
     for i, (kind, (changed, named)) in enumerate(cases.items()):
         prefix = write_tf1_checkpoint(str(tmp_path / f"bad{i}.ckpt"), changed)
         with pytest.raises(CheckpointError) as err:
-            model.load_etc_checkpoint(prefix)
+            etc_checkpoint.load_etc_checkpoint(model, prefix)
         assert kind in str(err.value) and named in str(err.value), str(err.value)
     ours_layout = etc_modeling.EtcModel(etc_modeling.EtcConfig(**dict(OFFICIAL_B, layout="realformer_tf")))
     with pytest.raises(CheckpointError, match="official-layout"):
-        ours_layout.save_etc_checkpoint(str(tmp_path / "x.ckpt"), official_names=True)
+        etc_checkpoint.save_etc_checkpoint(ours_layout, str(tmp_path / "x.ckpt"), official_names=True)
 
 
 def test_official_layout_keras_save_and_load(tmp_path):

@@ -19,6 +19,7 @@ from official.nlp.tools import tokenization
 
 from helpers_data import flags, run_script
 from realformer_tf import modeling
+from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.serving import export
 from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
 from realformer_tf.data import squad as squad_data
@@ -200,15 +201,15 @@ def _tiny_config(**overrides):
 def _randomize(model, seed):
     """Weights far from the 0.02 initializer, so outputs depend visibly on every token."""
     rng = np.random.default_rng(seed)
-    for name, var in model.bert_checkpoint_variables().items():
+    for name, var in bert_checkpoint.bert_variables(model).items():
         base = 1.0 if name.endswith(("gamma", "head_scale", "residual_scale")) else 0.0
         var.assign(base + rng.normal(0, 0.3, var.shape).astype(np.float32))
 
 
 def _checkpoint(tmp_path, model, seed=0):
-    model.bert_checkpoint_variables()  # builds
+    bert_checkpoint.bert_variables(model)  # builds
     _randomize(model, seed)
-    return model.save_bert_checkpoint(str(tmp_path / "ckpt" / "bert_model.ckpt"))
+    return bert_checkpoint.save_bert_checkpoint(model, str(tmp_path / "ckpt" / "bert_model.ckpt"))
 
 
 def test_user_errors_before_export(vocab_file, tmp_path):
@@ -253,7 +254,7 @@ def test_serving_functions_regression_and_limits(vocab_file):
     token ids longer than max_seq_length are refused with a clear message."""
     config = _tiny_config()
     model = modeling.BertClassifierModel(config, num_labels=1)
-    model.bert_checkpoint_variables()
+    bert_checkpoint.bert_variables(model)
     _randomize(model, 3)
     serving = export.ServingFunctions(model, "classifier", _encoder(vocab_file), is_regression=True)
     pairs = PAIRS[:4]
@@ -421,7 +422,7 @@ def test_loads_without_the_package_or_custom_objects(served):
 
 def _keras_outputs(task, config, prefix, feats):
     model = MODEL_CLASSES[task](config)
-    model.load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(model, prefix)
     out = model({k: tf.constant(v) for k, v in feats.items()}, training=False)
     if task == "classifier":
         return {"logits": out["logits"].numpy(), "probabilities": tf.nn.softmax(out["logits"]).numpy()}

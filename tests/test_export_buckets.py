@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from realformer_tf import etc_modeling
+from realformer_tf.checkpoints import etc_official
 from realformer_tf.serving import export
 from realformer_tf.families import get_family
 from realformer_tf.jobs.runner import RunOptions
@@ -24,7 +25,7 @@ def served(tmp_path_factory):
         intermediate_size=32, max_absolute_position_embeddings=MAX_SEQ_LENGTH, local_radius=5)
     model = etc_modeling.EtcClassifierModel(config, num_labels=3)
     rng = np.random.default_rng(0)
-    for name, var in model.etc_checkpoint_variables().items():
+    for name, var in etc_official.etc_variables(model).items():
         base = 1.0 if name.endswith("gamma") else 0.0
         var.assign(base + rng.normal(0, 0.3, var.shape).astype(np.float32))
     options = RunOptions(etc_tokens_per_global=4, max_seq_length=MAX_SEQ_LENGTH)

@@ -55,10 +55,11 @@ for local, remote in case["copies"]:
     tf.io.gfile.copy(local, remote, overwrite=True)
 if case.get("prepare") == "classifier_checkpoint":
     from realformer_tf import modeling
+    from realformer_tf.checkpoints import bert as bert_checkpoint
     config = modeling.BertConfig.from_json_file("ram://in/bert_config.json")
     model = modeling.BertClassifierModel(config, num_labels=2)
     model._ensure_built()
-    model.save_bert_checkpoint("ram://in/ckpt/bert_model.ckpt")
+    bert_checkpoint.save_bert_checkpoint(model, "ram://in/ckpt/bert_model.ckpt")
 module = importlib.import_module("realformer_tf.app." + case["script"])  # the program behind the script
 flags.FLAGS([case["script"]] + case["argv"])
 module._main([case["script"]])

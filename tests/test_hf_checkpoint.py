@@ -19,6 +19,8 @@ import safetensors.numpy
 
 import bert_numpy
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints import bert as bert_checkpoint
+from realformer_tf.families import get_family
 from realformer_tf import modeling
 from realformer_tf.jobs import convert
 from realformer_tf.checkpoints import hf as hf_checkpoint
@@ -43,8 +45,8 @@ def recorded(folder):
 
 def load_task_model(folder, task, config=None, num_labels=3):
     config = config or hf_checkpoint.load_hf_config(folder)
-    model = convert.build_model(config, task, num_labels=num_labels)
-    model.load_bert_checkpoint(folder)
+    model = get_family("bert").build_model(config, task, num_labels=num_labels)
+    bert_checkpoint.load_bert_checkpoint(model, folder)
     return model
 
 
@@ -129,8 +131,8 @@ def test_folder_with_gamma_beta_names_and_encoder_from_task_folder(tmp_path):
 
     encoder = load_task_model(fixture("hf_bert_pretraining_gelu"), "encoder")
     assert encoder.pooler.kernel.shape == (24, 24)
-    classifier = convert.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 4)
-    classifier.load_bert_checkpoint(folder, skip_heads=True)
+    classifier = get_family("bert").build_model(hf_checkpoint.load_hf_config(folder), "classifier", 4)
+    bert_checkpoint.load_bert_checkpoint(classifier, folder, skip_heads=True)
     np.testing.assert_array_equal(classifier.bert.pooler.kernel.numpy(),
                                   tensors["pooler.dense.weight"].T)
 
@@ -152,7 +154,7 @@ def test_our_export_of_a_transformers_model_reproduces_its_files(tmp_path):
     for name, task in (("hf_bert_pretraining_gelu", "pretraining"), ("hf_bert_qa_gelu", "squad"),
                        ("hf_bert_classifier_tanh", "classifier"), ("hf_bert_model_gelu_new", "encoder")):
         source = fixture(name)
-        written = load_task_model(source, task).save_hf_folder(str(tmp_path / name))
+        written = hf_checkpoint.save_hf_folder(load_task_model(source, task), str(tmp_path / name))
         want = safetensors.numpy.load_file(os.path.join(source, "model.safetensors"))
         got = safetensors.numpy.load_file(os.path.join(written, "model.safetensors"))
         assert sorted(got) == sorted(want), name
@@ -185,10 +187,10 @@ HEADS = {"pretraining": "pretraining", "classifier": "classifier", "squad": "squ
 
 def random_model(overrides, task, seed):
     config = BertConfig(**SIZES, **overrides)
-    model = convert.build_model(config, task, num_labels=4)
+    model = get_family("bert").build_model(config, task, num_labels=4)
     weights = bert_numpy.random_weights(config.to_dict(), np.random.default_rng(seed),
                                         head=HEADS[task], num_labels=4)
-    for name, variable in model.bert_checkpoint_variables().items():
+    for name, variable in bert_checkpoint.bert_variables(model).items():
         variable.assign(weights[name])
     return model
 
@@ -211,14 +213,14 @@ EXPORT_CASES = [("vanilla-post-exact-gelu", task) for task in sorted(HEADS)] + [
 def test_export_loads_back_bit_exact(variant, task, tmp_path, caplog):
     model = random_model(EXPORT_VARIANTS[variant], task, seed=len(variant) + len(task))
     # Variants stock transformers cannot compute need the opt-in (test_variant_evidence).
-    folder = model.save_hf_folder(str(tmp_path / "hf"), allow_variant=variant != "vanilla-post-exact-gelu")
+    folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), allow_variant=variant != "vanilla-post-exact-gelu")
     warned = any("stock transformers" in r.getMessage() for r in caplog.records)
     assert warned == (variant != "vanilla-post-exact-gelu")
     config = BertConfig.from_json_file(folder)  # the folder as --bert_config_file
     assert config == model.config
-    again = convert.build_model(config, task, num_labels=4)
-    again.load_bert_checkpoint(folder)
-    got, want = again.bert_checkpoint_variables(), model.bert_checkpoint_variables()
+    again = get_family("bert").build_model(config, task, num_labels=4)
+    bert_checkpoint.load_bert_checkpoint(again, folder)
+    got, want = bert_checkpoint.bert_variables(again), bert_checkpoint.bert_variables(model)
     skipped = {n for n in want if task == "squad" and n.startswith("bert/pooler/")}
     for name in set(want) - skipped:
         np.testing.assert_array_equal(got[name].numpy(), want[name].numpy(), err_msg=name)
@@ -274,7 +276,7 @@ def test_missing_unexpected_misshaped_tensors_are_named(tmp_path):
     for case, (changed, expected) in cases.items():
         safetensors.numpy.save_file(changed, path)
         with pytest.raises(CheckpointError) as err:
-            modeling.BertPretrainingModel(config).load_bert_checkpoint(folder)
+            bert_checkpoint.load_bert_checkpoint(modeling.BertPretrainingModel(config), folder)
         assert all(text in str(err.value) for text in expected), (case, str(err.value))
         assert path in str(err.value), case
 
@@ -365,10 +367,10 @@ def test_folder_without_pooler_keeps_a_fresh_one(caplog):
     """BertForMaskedLM / BertForQuestionAnswering folders have no pooler; like
     transformers, a classifier gets a freshly initialized one, said in one log line."""
     folder = fixture("hf_bert_qa_gelu")
-    classifier = convert.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 2)
-    initial = classifier.bert_checkpoint_variables()["bert/pooler/dense/kernel"].numpy().copy()
+    classifier = get_family("bert").build_model(hf_checkpoint.load_hf_config(folder), "classifier", 2)
+    initial = bert_checkpoint.bert_variables(classifier)["bert/pooler/dense/kernel"].numpy().copy()
     with caplog.at_level("WARNING"):
-        classifier.load_bert_checkpoint(folder, skip_heads=True)
+        bert_checkpoint.load_bert_checkpoint(classifier, folder, skip_heads=True)
     lines = [r.getMessage() for r in caplog.records if "kept as initialized" in r.getMessage()]
     assert len(lines) == 1 and "bert.pooler.dense.weight" in lines[0]
     np.testing.assert_array_equal(classifier.bert.pooler.kernel.numpy(), initial)

@@ -19,6 +19,7 @@ import pytest
 import realformer_tf  # noqa: F401  (registers the layers and models)
 from realformer_tf import layers as rl
 from realformer_tf import modeling
+from realformer_tf.checkpoints import bert as bert_checkpoint
 
 BACKEND = keras.backend.backend()
 B, L, PAD, H, N, I, VOCAB = 3, 7, 4, 12, 3, 20, 31
@@ -293,10 +294,10 @@ def test_original_name_checkpoint_round_trip_on_this_backend(tmp_path):
     assert tuple(heads["masked_lm_logits"].shape) == (B, 2, VOCAB)
     assert tuple(heads["next_sentence_logits"].shape) == (B, 2)
     prefix = str(tmp_path / "bert_model.ckpt")
-    source.save_bert_checkpoint(prefix)
+    bert_checkpoint.save_bert_checkpoint(source, prefix)
     keras.utils.set_random_seed(9)
     target = modeling.BertModel(config)
-    target.load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(target, prefix)
     want = source.bert(features, training=False)["pooled_output"]
     got = target(features, training=False)["pooled_output"]
     np.testing.assert_array_equal(_np(got), _np(want))
@@ -325,6 +326,7 @@ import keras
 import numpy as np
 import realformer_tf
 from realformer_tf import modeling
+from realformer_tf.checkpoints import bert as bert_checkpoint
 
 folder = sys.argv[1]
 config = modeling.BertConfig(vocab_size=31, hidden_size=12, num_hidden_layers=2,
@@ -340,7 +342,7 @@ model.save(folder + "/model.keras")
 got = keras.ops.convert_to_numpy(keras.saving.load_model(folder + "/model.keras")(features)["pooled_output"])
 open(folder + "/bert_model.ckpt.index", "wb").close()  # a TF1 checkpoint's visible file
 try:
-    model.load_bert_checkpoint(folder + "/bert_model.ckpt")
+    bert_checkpoint.load_bert_checkpoint(model, folder + "/bert_model.ckpt")
     error = None
 except realformer_tf.UserError as e:
     error = str(e)
@@ -405,7 +407,7 @@ def _functional_bert(head):
     else:
         inner = modeling.BertClassifierModel(config, num_labels=2)
         outputs = inner(inputs)["logits"]
-    for name, var in inner.bert_checkpoint_variables().items():
+    for name, var in bert_checkpoint.bert_variables(inner).items():
         var.assign(weights[name])
     features = {"input_ids": IDS, "input_mask": (IDS != 0).astype(np.int32),
                 "segment_ids": (np.arange(L)[None] >= 3).astype(np.int32) * np.ones_like(IDS)}

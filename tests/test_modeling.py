@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import bert_numpy
 from realformer_tf import modeling
+from realformer_tf.checkpoints import bert as bert_checkpoint
 
 ATOL = 1e-4
 
@@ -165,7 +166,7 @@ PRETRAINING_KEYS = ENCODER_KEYS + ("masked_lm_logits", "next_sentence_logits")
 
 
 def all_values(model):
-    return {name: np.array(var.numpy()) for name, var in model.bert_checkpoint_variables().items()}
+    return {name: np.array(var.numpy()) for name, var in bert_checkpoint.bert_variables(model).items()}
 
 
 # --------------------------------------------------------- reference self-checks
@@ -218,7 +219,7 @@ def test_forward_matches_numpy_reference(variant, tmp_path):
     expected = numpy_forward(weights, config, inputs)
 
     model = modeling.BertPretrainingModel(modeling.BertConfig(**config))
-    model.load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(model, prefix)
     out = model(inputs, training=False)
     dev = compare(out, expected, PRETRAINING_KEYS)
     assert len(out["encoder_outputs"]) == config["num_hidden_layers"]
@@ -241,7 +242,7 @@ def test_encoder_loads_pretraining_checkpoint(variant, tmp_path):
     assert "cls/predictions/output_bias/adam_v" in stored
 
     model = modeling.BertModel(modeling.BertConfig(**config))
-    model.load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(model, prefix)
     inputs = make_inputs(config, rng)
     expected = numpy_forward(weights, config, inputs)
     compare(model(encoder_inputs(inputs), training=False), expected, ENCODER_KEYS)
@@ -256,7 +257,7 @@ def test_load_from_checkpoint_directory(tmp_path):
     weights = bert_numpy.random_weights(config, np.random.default_rng(3))
     write_tf1_checkpoint(str(tmp_path / "model.ckpt-5"), weights)
     model = modeling.BertModel(modeling.BertConfig(**config))
-    model.load_bert_checkpoint(str(tmp_path))
+    bert_checkpoint.load_bert_checkpoint(model, str(tmp_path))
     for name, value in all_values(model).items():
         assert np.array_equal(value, weights[name]), name
 
@@ -267,7 +268,7 @@ def test_padding_is_masked(tmp_path):
     rng = np.random.default_rng(11)
     weights = bert_numpy.random_weights(config, rng)
     model = modeling.BertModel(modeling.BertConfig(**config))
-    model.load_bert_checkpoint(write_savev2_checkpoint(str(tmp_path / "c" / "m.ckpt"), weights))
+    bert_checkpoint.load_bert_checkpoint(model, write_savev2_checkpoint(str(tmp_path / "c" / "m.ckpt"), weights))
     inputs = encoder_inputs(make_inputs(config, rng))
     changed = dict(inputs, input_ids=np.where(inputs["input_mask"] == 1, inputs["input_ids"],
                                               (inputs["input_ids"] + 5) % config["vocab_size"]))
@@ -284,7 +285,7 @@ def test_optional_mask_and_segments_and_embedding_table(tmp_path):
     rng = np.random.default_rng(5)
     weights = bert_numpy.random_weights(config, rng)
     model = modeling.BertModel(modeling.BertConfig(**config))
-    model.load_bert_checkpoint(write_savev2_checkpoint(str(tmp_path / "c" / "m.ckpt"), weights))
+    bert_checkpoint.load_bert_checkpoint(model, write_savev2_checkpoint(str(tmp_path / "c" / "m.ckpt"), weights))
     ids = make_inputs(config, rng)["input_ids"]
 
     implicit = model({"input_ids": ids}, training=False)
@@ -362,16 +363,16 @@ def test_save_load_round_trip(kind, layer_norm_type, tmp_path):
         inputs = encoder_inputs(inputs)
 
     model = build(modeling.BertConfig(**config))
-    model.load_bert_checkpoint(write_savev2_checkpoint(str(tmp_path / "in" / "m.ckpt"), weights))
+    bert_checkpoint.load_bert_checkpoint(model, write_savev2_checkpoint(str(tmp_path / "in" / "m.ckpt"), weights))
     # Every Keras weight has an original name (nothing would be silently left unsaved).
-    named = model.bert_checkpoint_variables()
+    named = bert_checkpoint.bert_variables(model)
     assert {id(v) for v in model.trainable_weights} == {id(v) for v in named.values()}
     assert not model.non_trainable_weights
     out = model(inputs, training=False)
     compare(out, numpy_forward(weights, config, inputs), HEAD_OUTPUT_KEYS[head])
 
     # Saved: exactly the original names, BERT's 2-D kernel shapes, the exact values.
-    prefix = model.save_bert_checkpoint(str(tmp_path / "out" / "sub" / "bert_model.ckpt"))
+    prefix = bert_checkpoint.save_bert_checkpoint(model, str(tmp_path / "out" / "sub" / "bert_model.ckpt"))
     assert prefix == str(tmp_path / "out" / "sub" / "bert_model.ckpt")
     assert sorted(os.listdir(tmp_path / "out" / "sub")) == [
         "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index"]
@@ -389,7 +390,7 @@ def test_save_load_round_trip(kind, layer_norm_type, tmp_path):
 
     # Loaded back into a fresh model: bit-exact weights and outputs.
     again = build(modeling.BertConfig(**config))
-    again.load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(again, prefix)
     values = all_values(again)
     assert set(values) == set(weights)
     for name, value in values.items():
@@ -407,8 +408,8 @@ def test_saved_checkpoint_reads_with_tf1_saver(tmp_path):
     config = make_config()
     model = modeling.BertPretrainingModel(modeling.BertConfig(**config))
     weights = bert_numpy.random_weights(config, np.random.default_rng(2), head="pretraining")
-    model.load_bert_checkpoint(write_savev2_checkpoint(str(tmp_path / "a" / "m.ckpt"), weights))
-    prefix = model.save_bert_checkpoint(str(tmp_path / "b" / "m.ckpt"))
+    bert_checkpoint.load_bert_checkpoint(model, write_savev2_checkpoint(str(tmp_path / "a" / "m.ckpt"), weights))
+    prefix = bert_checkpoint.save_bert_checkpoint(model, str(tmp_path / "b" / "m.ckpt"))
     with tf.Graph().as_default():
         graph_vars = {
             name: tf.compat.v1.get_variable(name, shape=shape, dtype=tf.float32)
@@ -429,11 +430,11 @@ def test_classifier_from_pretraining_checkpoint(tmp_path):
     model = modeling.BertClassifierModel(modeling.BertConfig(**config), num_labels=3)
 
     with pytest.raises(modeling.CheckpointError, match="output_weights"):
-        model.load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(model, prefix)
 
     head_before = {n: v for n, v in all_values(model).items() if not n.startswith("bert/")}
     assert sorted(head_before) == ["output_bias", "output_weights"]
-    model.load_bert_checkpoint(prefix, skip_heads=True)
+    bert_checkpoint.load_bert_checkpoint(model, prefix, skip_heads=True)
     after = all_values(model)
     for name, value in after.items():
         if name.startswith("bert/"):
@@ -453,8 +454,8 @@ def test_pretraining_model_from_encoder_checkpoint(tmp_path):
     prefix = write_savev2_checkpoint(str(tmp_path / "c" / "m.ckpt"), weights)
     model = modeling.BertPretrainingModel(modeling.BertConfig(**config))
     with pytest.raises(modeling.CheckpointError, match="cls/predictions"):
-        model.load_bert_checkpoint(prefix)
-    model.load_bert_checkpoint(prefix, skip_heads=True)
+        bert_checkpoint.load_bert_checkpoint(model, prefix)
+    bert_checkpoint.load_bert_checkpoint(model, prefix, skip_heads=True)
     for name, value in all_values(model).items():
         if name.startswith("bert/"):
             assert np.array_equal(value, weights[name]), name
@@ -477,7 +478,7 @@ def test_vanilla_checkpoint_into_normformer_config(tmp_path):
     prefix = _ckpt(tmp_path, writer="tf1+state", residual_attention=False)
     model = _model(layer_norm_type="normformer")
     with pytest.raises(modeling.CheckpointError) as err:
-        model.load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(model, prefix)
     message = str(err.value)
     assert "head_scale" in message and "lacks" in message
     assert "normformer" in message  # the variant the model was built as
@@ -486,7 +487,7 @@ def test_vanilla_checkpoint_into_normformer_config(tmp_path):
 def test_normformer_checkpoint_into_post_config(tmp_path):
     prefix = _ckpt(tmp_path, layer_norm_type="normformer")
     with pytest.raises(modeling.CheckpointError) as err:
-        _model().load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(_model(), prefix)
     message = str(err.value)
     assert "does not have" in message
     assert "head_scale" in message or "post_LayerNorm" in message
@@ -495,23 +496,23 @@ def test_normformer_checkpoint_into_post_config(tmp_path):
 
 def test_pre_and_post_checkpoints_are_not_interchangeable(tmp_path):
     with pytest.raises(modeling.CheckpointError, match="bert/encoder/LayerNorm"):
-        _model(layer_norm_type="pre").load_bert_checkpoint(_ckpt(tmp_path, "post"))
+        bert_checkpoint.load_bert_checkpoint(_model(layer_norm_type="pre"), _ckpt(tmp_path, "post"))
     with pytest.raises(modeling.CheckpointError, match="bert/encoder/LayerNorm"):
-        _model().load_bert_checkpoint(_ckpt(tmp_path, "pre", layer_norm_type="pre"))
+        bert_checkpoint.load_bert_checkpoint(_model(), _ckpt(tmp_path, "pre", layer_norm_type="pre"))
 
 
 def test_residual_scale_mismatch(tmp_path):
     prefix = _ckpt(tmp_path, layer_norm_type="normformer")
     with pytest.raises(modeling.CheckpointError, match="residual_scale"):
-        _model(layer_norm_type="normformer", normformer_residual_scale=True).load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(_model(layer_norm_type="normformer", normformer_residual_scale=True), prefix)
 
 
 def test_layer_count_mismatch(tmp_path):
     prefix = _ckpt(tmp_path)  # 3 layers
     with pytest.raises(modeling.CheckpointError, match="layer_2"):
-        _model(num_hidden_layers=2).load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(_model(num_hidden_layers=2), prefix)
     with pytest.raises(modeling.CheckpointError, match="layer_3"):
-        _model(num_hidden_layers=4).load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(_model(num_hidden_layers=4), prefix)
 
 
 def test_shape_mismatch_names_the_variable(tmp_path):
@@ -519,7 +520,7 @@ def test_shape_mismatch_names_the_variable(tmp_path):
     model = _model()
     before = all_values(model)
     with pytest.raises(modeling.CheckpointError) as err:
-        model.load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(model, prefix)
     message = str(err.value)
     assert "bert/embeddings/word_embeddings" in message
     assert "60" in message and "53" in message
@@ -529,15 +530,15 @@ def test_shape_mismatch_names_the_variable(tmp_path):
 
     prefix = _ckpt(tmp_path, "inter", intermediate_size=31)
     with pytest.raises(modeling.CheckpointError, match="intermediate/dense/kernel"):
-        _model().load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(_model(), prefix)
 
 
 def test_nonexistent_checkpoint(tmp_path):
     missing = str(tmp_path / "nowhere" / "bert_model.ckpt")
     with pytest.raises(modeling.CheckpointError, match="bert_model.ckpt"):
-        _model().load_bert_checkpoint(missing)
+        bert_checkpoint.load_bert_checkpoint(_model(), missing)
     with pytest.raises(modeling.CheckpointError, match="without a checkpoint"):
-        _model().load_bert_checkpoint(str(tmp_path))
+        bert_checkpoint.load_bert_checkpoint(_model(), str(tmp_path))
 
 
 def test_config_round_trips_through_get_config():

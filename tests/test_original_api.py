@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import bert_numpy
 from realformer_tf import modeling
+from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.models.bert import original_api as bert_compat
 
 TOL = 1e-5
@@ -27,9 +28,9 @@ B, L = 3, 7
 
 @pytest.fixture(autouse=True)
 def fresh_variables():
-    bert_compat.reset_variables()
+    modeling.reset_variables()
     yield
-    bert_compat.reset_variables()
+    modeling.reset_variables()
 
 
 def write_tf1_checkpoint(prefix, weights):
@@ -101,7 +102,7 @@ def test_original_usage_pattern_gives_the_checkpoints_numbers(checkpoint):
 
     # The Keras API on the same checkpoint gives the same numbers.
     keras_model = modeling.BertModel(config)
-    keras_model.load_bert_checkpoint(init_checkpoint)
+    bert_checkpoint.load_bert_checkpoint(keras_model, init_checkpoint)
     out = keras_model({"input_ids": ids, "input_mask": mask, "segment_ids": types},
                       training=False)
     np.testing.assert_allclose(model.get_pooled_output(), out["pooled_output"], atol=1e-6)

@@ -25,6 +25,9 @@ import tensorflow as tf
 
 import helpers_data as h
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints import bert as bert_checkpoint
+from realformer_tf.checkpoints import etc_official
+from realformer_tf.checkpoints import names as checkpoint_names
 from realformer_tf import etc_modeling, modeling
 from realformer_tf.jobs import convert
 from realformer_tf.serving import export
@@ -276,7 +279,7 @@ def test_deeply_nested_and_oversized_config_files(tmp_path):
 # -- name-based TF checkpoints: shapes before building, dtypes and NaN on loading ---------
 def _tf_checkpoint(tmp_path, config, poison=None):
     model = modeling.BertModel(config)
-    variables = {name: v.numpy() for name, v in model.bert_checkpoint_variables().items()}
+    variables = {name: v.numpy() for name, v in bert_checkpoint.bert_variables(model).items()}
     if poison:
         variables[poison][0, 0] = np.inf
     return ckpt.save_named_variables(str(tmp_path / "ckpt" / "bert_model.ckpt"), variables)
@@ -298,7 +301,7 @@ def test_tf_checkpoint_sizes_are_checked_before_building(tmp_path):
         assert "does not fit" in str(e.value) and expected in str(e.value), str(e.value)
         model = modeling.BertModel(config)
         with pytest.raises(CheckpointError, match="does not fit"):
-            model.load_bert_checkpoint(prefix)
+            bert_checkpoint.load_bert_checkpoint(model, prefix)
         assert not model.built  # refused before any weight was allocated
     family.check_checkpoint_fits(h.tiny_config(), prefix)  # the right config passes
     family.check_checkpoint_fits(h.tiny_config(intermediate_size=64), prefix)  # cheap: the loader names it
@@ -307,28 +310,28 @@ def test_tf_checkpoint_sizes_are_checked_before_building(tmp_path):
 def test_tf_checkpoint_with_inf_is_refused(tmp_path, monkeypatch):
     prefix = _tf_checkpoint(tmp_path, h.tiny_config(), poison="bert/encoder/layer_1/output/dense/kernel")
     with pytest.raises(CheckpointError, match="NaN or Inf in bert/encoder/layer_1/output/dense/kernel"):
-        modeling.BertModel(h.tiny_config()).load_bert_checkpoint(prefix)
+        bert_checkpoint.load_bert_checkpoint(modeling.BertModel(h.tiny_config()), prefix)
     monkeypatch.setenv(ckpt.ALLOW_NONFINITE_ENV, "1")
-    modeling.BertModel(h.tiny_config()).load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(modeling.BertModel(h.tiny_config()), prefix)
 
 
 def test_etc_checkpoint_sizes_are_checked_before_building(tmp_path):
     config = etc_modeling.EtcConfig(**h.tiny_etc_config_dict())
-    prefix = etc_modeling.EtcModel(config).save_etc_checkpoint(str(tmp_path / "etc" / "etc_model.ckpt"))
+    prefix = etc_official.save_etc_checkpoint(etc_modeling.EtcModel(config), str(tmp_path / "etc" / "etc_model.ckpt"))
     get_family("etc").check_checkpoint_fits(config, prefix)
     hostile = etc_modeling.EtcConfig(**h.tiny_etc_config_dict(vocab_size=2**22, num_hidden_layers=3))
     model = etc_modeling.EtcModel(hostile)
     with pytest.raises(CheckpointError, match="etc/embeddings/word_embeddings"):
-        model.load_etc_checkpoint(prefix)
+        etc_official.load_etc_checkpoint(model, prefix)
     assert not model.built
 
 
 def test_check_config_fits_reads_hf_headers(tmp_path):
     folder = str(_folder(tmp_path))
     config = hf_checkpoint.load_hf_config(folder)
-    modeling.check_checkpoint_fits(config, folder)
+    bert_checkpoint.check_checkpoint_fits(config, folder)
     with pytest.raises(CheckpointError, match="does not fit"):
-        modeling.check_checkpoint_fits(BertConfig(**dict(config.to_dict(), vocab_size=2**22)), folder)
+        bert_checkpoint.check_checkpoint_fits(BertConfig(**dict(config.to_dict(), vocab_size=2**22)), folder)
 
 
 # -- .keras files --------------------------------------------------------------------------
@@ -388,7 +391,7 @@ def _serving(vocab_file, family="bert", task="classifier"):
     else:
         model = etc_modeling.EtcClassifierModel(etc_modeling.EtcConfig(**h.tiny_etc_config_dict()), num_labels=2)
         options = RunOptions(etc_tokens_per_global=4, max_seq_length=MAX_SEQ)
-    model.bert_checkpoint_variables()
+    checkpoint_names.named_variables(model)  # builds
     fam = get_family(family)
     encoder = export.BertTextEncoder(vocab_file, True, MAX_SEQ, pad_to_max_seq_length=fam.static_length)
     return export.ServingFunctions(model, task, encoder, ["0", "1"], family=fam, input_options=options)

@@ -17,8 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # this checkout's package and test helpers
 import bert_numpy  # noqa: E402  (random weights under the original names)
 
-from realformer_tf.jobs import convert  # noqa: E402
 from realformer_tf.models.bert.config import BertConfig  # noqa: E402
+from realformer_tf.checkpoints import bert as bert_checkpoint  # noqa: E402
+from realformer_tf.families import get_family  # noqa: E402
+from realformer_tf.checkpoints import hf as hf_checkpoint  # noqa: E402
 
 SIZES = dict(vocab_size=31, hidden_size=15, num_hidden_layers=2, num_attention_heads=3,
              intermediate_size=22, max_position_embeddings=12, type_vocab_size=3,
@@ -32,9 +34,9 @@ RECORDED = {"sequence_output": "last_hidden_state", "masked_lm_logits": "predict
 
 def write(out_dir, task, act, rng, inputs):
     config = BertConfig(**SIZES, hidden_act=act)
-    model = convert.build_model(config, task, num_labels=4)
+    model = get_family("bert").build_model(config, task, num_labels=4)
     weights = bert_numpy.random_weights(config.to_dict(), rng, head=HEADS[task], num_labels=4)
-    for name, variable in model.bert_checkpoint_variables().items():
+    for name, variable in bert_checkpoint.bert_variables(model).items():
         variable.assign(weights[name])
     feed = dict(inputs)
     if task == "pretraining":
@@ -45,7 +47,7 @@ def write(out_dir, task, act, rng, inputs):
     record.update({theirs: np.asarray(outputs[ours]) for ours, theirs in RECORDED.items() if ours in outputs})
     if task == "encoder":
         record["pooler_output"] = np.asarray(outputs["pooled_output"])
-    folder = model.save_hf_folder(os.path.join(out_dir, f"{task}_{act}"))
+    folder = hf_checkpoint.save_hf_folder(model, os.path.join(out_dir, f"{task}_{act}"))
     np.savez(os.path.join(folder, "outputs.npz"), **record)
     print("wrote", folder)
 

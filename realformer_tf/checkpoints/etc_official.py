@@ -27,12 +27,41 @@ clip(j - i, -M, M) + M; rows from 2M+1 on (l2g/g2l other / same sentence) agree.
 rows are permuted on the way in and out.
 
 Heads (pretraining, classifier) are not part of the official model; they keep our names.
+
+Our names (`load_etc_checkpoint`, `save_etc_checkpoint`, `etc_variables`) are the Keras
+weight paths under a fixed root: the encoder's under `etc/` (identical in every ETC
+model, so a pretraining checkpoint initializes a classifier), heads under their layer
+names (`predictions/`, `seq_relationship/`, `pooler/`, `classifier/`, `squad/`).
+
+    model = EtcClassifierModel(config, num_labels=2)
+    etc_official.load_etc_checkpoint(model, "etc_model.ckpt", skip_heads=True)
+    etc_official.save_etc_checkpoint(model, "out/etc_model.ckpt", official_names=False)
 """
 
 import numpy as np
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.checkpoints.format import CheckpointFormat
 from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.models.etc import inputs as etc_inputs
+from realformer_tf.models.etc import model as etc_models
+
+ENCODER_PREFIX = "etc/"
+# {kind: the name prefixes of its heads} (see checkpoints.bert.HEAD_PREFIXES).
+HEAD_PREFIXES = {
+    "pretraining": ("predictions/", "seq_relationship/"),
+    "classifier": ("pooler/", "classifier/"),
+    "squad": ("squad/",),
+    "encoder": (),
+}
+CLASSIFIER_WEIGHTS_NAME = "classifier/output_weights"
+_KIND_OF_CLASS = (
+    (etc_models.EtcPretrainingModel, "pretraining"),
+    (etc_models.EtcClassifierModel, "classifier"),
+    (etc_models.EtcSquadModel, "squad"),
+    (etc_models.EtcModel, "encoder"),
+)
 
 ROOT = "etc_document_bert"
 _STACK = f"{ROOT}/global_local_transformer_layers"
@@ -148,7 +177,7 @@ def load_official(model, path, skip_heads=False):
     variables = {**names, **relative}
     if not skip_heads:
         variables.update(_head_variables(model))
-    owned = (ROOT + "/",) + (() if skip_heads else tuple(model._head_prefixes))
+    owned = (ROOT + "/",) + (() if skip_heads else HEAD_PREFIXES[model_kind(model)])
     return ckpt.load_named_variables(
         path, variables, owned, description=f"{type(model).__name__} ({config.describe()})",
         transforms={name: _to_ours(order) for name in relative})
@@ -167,5 +196,124 @@ def save_official(model, prefix):
 
 
 def _head_variables(model):
+    return {name: v for name, v in etc_variables(model).items() if not name.startswith(ENCODER_PREFIX)}
+
+
+# -- our names ----------------------------------------------------------------------------
+def model_kind(model):
+    """"encoder", "pretraining", "classifier" or "squad" for an ETC model (or subclass)."""
+    for cls, kind in _KIND_OF_CLASS:
+        if isinstance(model, cls):
+            return kind
+    raise TypeError(f"{type(model).__name__} is not an EtcModel or ETC task model "
+                    "(realformer_tf.etc_modeling); BERT models: checkpoints.bert")
+
+
+def etc_variables(model, include_heads=True):
+    """{name: variable} of every weight of an ETC model under our names (built from
+    its config first if needed); `include_heads=False`: the encoder's only."""
+    encoder_only = model_kind(model) == "encoder"
     model._ensure_built()
-    return {name: v for name, v in model.etc_checkpoint_variables().items() if not name.startswith("etc/")}
+    names = {}
+    for v in model.weights:
+        rest = v.path.split("/", 1)[1]
+        name = f"{ENCODER_PREFIX}{rest}" if encoder_only else rest
+        if include_heads or name.startswith(ENCODER_PREFIX):
+            names[name] = v
+    if len(names) != len({id(v) for v in names.values()}):
+        raise RuntimeError(f"{type(model).__name__}: weight names are not unique")
+    return names
+
+
+def check_checkpoint_fits(config, prefix):
+    """Raises CheckpointError when the ETC checkpoint at `prefix` (ours or official
+    names) is not of `config`'s size, before any model is built."""
+    h, e = config.hidden_size, config.embedding_size or config.hidden_size
+    if has_official_names(prefix):
+        expected = {
+            f"{ROOT}/token_emb_lookup/embedding_table": [config.vocab_size, e],
+            f"{ROOT}/segment_emb_lookup/embedding_table": [config.segment_vocab_size, h],
+            f"{_STACK}/feed_forward_layer_0/dense_layers/layer_0/kernel": [h, config.intermediate_size],
+            f"{_STACK}/long_feed_forward_layer_0/dense_layers/layer_0/kernel": [h, config.intermediate_size],
+        }
+        pattern = r"/fused_att_layer_(\d+)/"
+    else:
+        expected = {
+            "etc/embeddings/word_embeddings": [config.vocab_size, e],
+            "etc/embeddings/segment_embeddings": [config.segment_vocab_size, h],
+            "etc/encoder/layer_0/long_feed_forward/intermediate/kernel": [h, config.intermediate_size],
+        }
+        pattern = r"^etc/encoder/layer_(\d+)/"
+    # A lower bound of the weights: token and segment tables, each layer's long-side
+    # q/k/v/o and one feed-forward.
+    weights = (config.vocab_size * e + config.segment_vocab_size * h
+               + config.num_hidden_layers * (4 * h * h + 2 * h * config.intermediate_size))
+    ckpt.check_config_fits(prefix, expected, pattern, config.num_hidden_layers,
+                           f"the config ({config.describe()})", weights)
+
+
+def load_etc_checkpoint(model, path, skip_heads=False):
+    """Loads a checkpoint written by `save_etc_checkpoint` (or a training checkpoint of
+    ours), or an official ETC checkpoint (recognized by its `etc_document_bert/` names;
+    needs a config in the official layout) into an ETC model; `skip_heads` loads the
+    encoder only. A config that does not state residual_attention gets the weights'
+    evidence first (`variant_evidence`). Returns the prefix read.
+
+    Raises:
+        CheckpointError naming any missing, unexpected or mis-shaped weight.
+    """
+    kind = model_kind(model)
+    if not model.built:  # sizes first, before a model the checkpoint does not fit is built
+        check_checkpoint_fits(model.config, ckpt.resolve_checkpoint(path))
+    if not variant_evidence.is_stated(model.config):
+        variant_evidence.check_loaded_model(model, FORMAT, ckpt.resolve_checkpoint(path))
+    if has_official_names(path):
+        return load_official(model, path, skip_heads=skip_heads)
+    owned = (ENCODER_PREFIX,) + (() if skip_heads else HEAD_PREFIXES[kind])
+    return ckpt.load_named_variables(
+        path, etc_variables(model, include_heads=not skip_heads), owned,
+        description=f"{type(model).__name__} ({model.config.describe()})")
+
+
+def save_etc_checkpoint(model, prefix, official_names=False):
+    """Writes every weight under our names, or with `official_names` the encoder under
+    the official etcmodel names (official layout only; heads keep ours). Returns the
+    prefix written."""
+    if official_names:
+        return save_official(model, prefix)
+    return ckpt.save_named_variables(prefix, etc_variables(model))
+
+
+class EtcFormat(CheckpointFormat):
+    """ETC's models under our names or the official ones (`families.EtcFamily`
+    extends it)."""
+
+    name = "etc"
+    head_prefixes = HEAD_PREFIXES
+    classifier_weights_name = CLASSIFIER_WEIGHTS_NAME
+    max_length_field = "max_absolute_position_embeddings"
+
+    def model_classes(self):
+        return {"pretraining": etc_models.EtcPretrainingModel, "classifier": etc_models.EtcClassifierModel,
+                "squad": etc_models.EtcSquadModel, "encoder": etc_models.EtcModel}
+
+    def adapt_features(self, features, config, options):
+        """Adds the ETC inputs (one global token per `options.etc_tokens_per_global` long
+        tokens, their masks and relative ids) to BERT-layout features."""
+        etc = etc_inputs.make_fixed_block_features(
+            features["input_ids"], features["input_mask"], features["segment_ids"],
+            options.etc_tokens_per_global, config.local_radius, config.relative_pos_max_distance,
+            use_hard_g2l_mask=config.use_hard_g2l_mask, use_hard_l2g_mask=config.use_hard_l2g_mask)
+        return dict(features, **etc)
+
+    def check_checkpoint_fits(self, config, prefix):
+        check_checkpoint_fits(config, prefix)
+
+    def load_checkpoint(self, model, prefix, skip_heads=False):
+        return load_etc_checkpoint(model, prefix, skip_heads=skip_heads)
+
+    def save_checkpoint(self, model, prefix):
+        return save_etc_checkpoint(model, prefix)
+
+
+FORMAT = EtcFormat()

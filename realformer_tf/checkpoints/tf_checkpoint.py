@@ -29,9 +29,9 @@ ALLOW_NONFINITE_ENV = "REALFORMER_ALLOW_NONFINITE_WEIGHTS"
 
 
 def _hf():
-    # Imported on use: hf_checkpoint imports this module (CheckpointError).
-    from realformer_tf.checkpoints import hf as hf_checkpoint
-    return hf_checkpoint
+    # Folders are read through hf_folder (hf, the writing side, imports this module).
+    from realformer_tf.checkpoints import hf_folder
+    return hf_folder
 
 
 def _tensorflow():

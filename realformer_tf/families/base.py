@@ -1,45 +1,39 @@
 """The `ModelFamily` interface and what every family shares (initialization from a
-checkpoint, the final original-named checkpoint)."""
+checkpoint, the final original-named checkpoint). A family is its checkpoint format
+(`realformer_tf.checkpoints.format.CheckpointFormat`: its models by kind, the one
+builder, names, head prefixes, loading and saving) plus configs, options and inputs."""
 
 import os
 
 import tensorflow as tf
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints.format import KINDS, CheckpointFormat  # noqa: F401  (KINDS public here)
 from realformer_tf.errors import UsageError
 
-# What a job asks a family to build.
-KINDS = ("pretraining", "classifier", "squad", "encoder")
 
-
-class ModelFamily:
-    """One kind of model. Subclasses set the class attributes and implement the
-    methods that raise NotImplementedError.
+class ModelFamily(CheckpointFormat):
+    """One kind of model: a `CheckpointFormat` (name, head_prefixes, model_classes,
+    build_model, load_checkpoint, ...; subclass a family's format, e.g.
+    `checkpoints.bert.BertFormat`) plus what the jobs need. Subclasses set the class
+    attributes.
 
     Attributes:
-        name: the `--model_type` value.
         config_class: a `JsonConfig` dataclass (`from_json_file`, `to_json_file`,
             `describe`).
         checkpoint_name: the final checkpoint a training run leaves in output_dir,
             written under the family's original variable names.
         config_name: the config file written next to it.
-        head_prefixes: {kind: variable-name prefixes of that kind's heads}.
         export_tasks: the tasks `realformer_tf.serving.export` can serve for this family.
-        classifier_weights_name: the classifier head's [num_labels, hidden] weights.
-        max_length_field: the config field that bounds the input length (0: none).
         static_length: whether the model needs every batch padded to max_seq_length
             (ETC's blocked layout and fixed global tokens); the serving graph pads then.
     """
 
-    name = None
     config_class = None
     checkpoint_name = None
     config_name = None
-    head_prefixes = {}
     export_tasks = ()
-    max_length_field = None
     static_length = False
-    classifier_weights_name = None
 
     # -- configs ----------------------------------------------------------------------
     def load_config(self, path, max_seq_length=None):
@@ -53,11 +47,6 @@ class ModelFamily:
                              f"{path}; lower --max_seq_length")
         return config
 
-    def max_length(self, config):
-        """The longest input the config's models take (None: no limit)."""
-        value = getattr(config, self.max_length_field)
-        return value or None
-
     def check_options(self, options):
         """Raises UsageError for options this family cannot run with."""
 
@@ -69,57 +58,13 @@ class ModelFamily:
         """Options that change the model's inputs, recorded with the run's config."""
         return {}
 
-    # -- models -----------------------------------------------------------------------
-    def model_classes(self):
-        """{kind: Keras model class} (constructors take the config, and for the
-        classifier `num_labels`)."""
-        raise NotImplementedError
-
-    def build_model(self, config, kind, num_labels=None, dtype=None):
-        """The Keras model of `kind` (one of KINDS)."""
-        classes = self.model_classes()
-        if kind not in classes:
-            raise ValueError(f"kind {kind!r} is not one of {', '.join(classes)}")
-        kwargs = {} if dtype is None else {"dtype": dtype}
-        if kind == "classifier":
-            kwargs["num_labels"] = num_labels
-        return classes[kind](config, **kwargs)
-
+    # -- inputs -----------------------------------------------------------------------
     def adapt_dataset_fn(self, dataset_fn, config, options):
         """Wraps a BERT-layout `dataset_fn(input_context, start_step)` so that its
         batches carry this family's model inputs (identity for BERT)."""
         return dataset_fn
 
-    def adapt_features(self, features, config, options):
-        """The same, for one batch of features (used by the serving graph)."""
-        return features
-
     # -- checkpoints ------------------------------------------------------------------
-    def check_checkpoint_fits(self, config, prefix):
-        """Raises CheckpointError when the checkpoint at `prefix` (resolved) does not
-        have the sizes `config` gives, from its stored shapes alone: called before a
-        model is built, so a config that does not describe the checkpoint (or a hostile
-        one) fails at once instead of allocating a model first."""
-
-    def load_checkpoint(self, model, prefix, skip_heads=False):
-        """Loads a checkpoint under the family's names (or one of our training
-        checkpoints) into `model`; returns the prefix read."""
-        raise NotImplementedError
-
-    def save_checkpoint(self, model, prefix):
-        raise NotImplementedError
-
-    def checkpoint_heads(self, prefix, kind, num_labels=None):
-        """Whether the checkpoint at `prefix` holds the heads of `kind` (for a
-        classifier with `num_labels`, one of that many labels)."""
-        prefixes = tuple(self.head_prefixes.get(kind, ()))
-        stored = ckpt.list_checkpoint(prefix)
-        names = ckpt.original_names(stored) or {}
-        if not prefixes or not all(any(n.startswith(p) for n in names) for p in prefixes):
-            return False
-        weights = names.get(self.classifier_weights_name)
-        return kind != "classifier" or num_labels is None or (weights and stored[weights][0] == num_labels)
-
     def initialize(self, model, kind, init_checkpoint, num_labels=None):
         """Loads `init_checkpoint` into a fresh model: the encoder, and the heads of
         `kind` when the checkpoint holds them (a fine-tuned or pretraining checkpoint,

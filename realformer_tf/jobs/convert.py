@@ -5,8 +5,9 @@
 - original-named TF1 checkpoints (what google-research/bert and other BERT tools read),
 - Hugging Face BERT folders (config.json + model.safetensors).
 
-Every input is read by the model's own loader (`load_bert_checkpoint`) and written by
-its own writer, so a conversion checks names and shapes exactly as loading does.
+Every input is read by the family's loader (`checkpoints.bert.load_bert_checkpoint`,
+...) and written by its writer, so a conversion checks names and shapes exactly as
+loading does.
 """
 
 from realformer_tf.checkpoints import hf as hf_checkpoint
@@ -17,14 +18,6 @@ from realformer_tf.families import KINDS, get_family
 
 TASK_MODELS = KINDS  # pretraining, classifier, squad, encoder
 OUTPUT_FORMATS = ("checkpoint", "hf")
-
-
-def build_model(config, task, num_labels=2, family=None):
-    """The `task` model of `family` (default BERT), as every job builds it."""
-    family = family or get_family("bert")
-    if task not in TASK_MODELS:
-        raise ValueError(f"task {task!r} is not one of {', '.join(TASK_MODELS)}")
-    return family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
 
 
 def convert(config, source, output, task, num_labels=2, output_format="checkpoint", family=None,
@@ -55,10 +48,10 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
     config = variant_evidence.resolve(family, config, prefix, log=log)
     if output_format == "hf":
         hf_checkpoint.check_exportable(config, output, allow_variant)  # before anything is built
-    model = build_model(config, task, num_labels, family)
+    model = family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
     read = family.load_checkpoint(model, prefix)
     if output_format == "hf":
-        return read, model.save_hf_folder(output, allow_variant=allow_variant)
+        return read, hf_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant)
     return read, family.save_checkpoint(model, output)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):

@@ -41,13 +41,14 @@ def load_model(checkpoint, config_file=None):
     """Builds a BertModel from `config_file` (default: bert_config.json beside the
     checkpoint) and loads an original-named checkpoint or one of our training
     checkpoints (a prefix or a directory). Returns (model, resolved prefix)."""
+    from realformer_tf.checkpoints import bert as bert_checkpoint
     from realformer_tf.models.bert.model import BertConfig, BertModel
 
     prefix = resolve(checkpoint)
     config_file = config_file or find_config(prefix)
     config = BertConfig.from_json_file(config_file)
     model = BertModel(config)
-    model.load_bert_checkpoint(prefix)
+    bert_checkpoint.load_bert_checkpoint(model, prefix)
     return model, prefix
 
 

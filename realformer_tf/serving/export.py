@@ -488,16 +488,6 @@ def checkpoint_num_labels(init_checkpoint, family=None):
     return int(raw[names[weights]][0]) if weights in names else None
 
 
-def build_model(config, task, num_labels=None, family=None):
-    """The float32 Keras model of a task (the serving graph runs in float32 whatever the
-    training policy was)."""
-    family = family or get_family("bert")
-    if task not in family.export_tasks:
-        raise ExportError(f"task {task!r} cannot be exported for model type {family.name}; use one of "
-                          f"{', '.join(family.export_tasks)}")
-    return family.build_model(config, task, num_labels=num_labels, dtype="float32")
-
-
 def _resolve_labels(task, num_labels, label_names, is_regression):
     if task != "classifier":
         if label_names or num_labels or is_regression:
@@ -646,6 +636,9 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     task = task or infer_task(prefix, family)
     if task not in TASKS:
         raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    if task not in family.export_tasks:
+        raise ExportError(f"task {task!r} cannot be exported for model type {family.name}; use one of "
+                          f"{', '.join(family.export_tasks)}")
     if task == "classifier" and not label_names and not num_labels and not is_regression:
         num_labels = checkpoint_num_labels(prefix, family)
         if num_labels is None:
@@ -654,7 +647,9 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     num_labels, label_names = _resolve_labels(task, num_labels, label_names, is_regression)
     _check_lengths(family, config, task, max_seq_length, max_query_length)  # fail before building
     read_vocab(vocab_file, config.vocab_size)
-    model = build_model(config, task, num_labels, family)
+    # The family's one builder; float32: the serving graph runs in float32 whatever the
+    # training policy was.
+    model = family.build_model(config, task, num_labels=num_labels, dtype="float32")
     family.load_checkpoint(model, prefix)
     return export_model(
         model, export_dir, task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,

@@ -525,7 +525,9 @@ def checkpointable_weights(model):
     so the training checkpoints track the weights explicitly, keyed by their original
     names: robust to code changes, and convertible without rebuilding the object graph.
     """
-    weights = model.bert_checkpoint_variables()
+    from realformer_tf.checkpoints import names as checkpoint_names
+
+    weights = checkpoint_names.named_variables(model)
     if len(weights) != len(model.weights):
         raise RuntimeError(
             f"{type(model).__name__} maps {len(weights)} of its {len(model.weights)} weights to names"

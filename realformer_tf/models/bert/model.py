@@ -1,10 +1,12 @@
-"""BERT-compatible models: `BertConfig`, `BertModel` and the task heads, reading and
-writing original BERT / RealFormer checkpoints by name, and Hugging Face BERT folders.
+"""BERT-compatible models: `BertModel` and the task heads, built from a `BertConfig`.
 
     config = modeling.BertConfig.from_json_file("bert_config.json")
     model = modeling.BertModel(config)
     out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg})
-    model.load_bert_checkpoint("bert_model.ckpt")
+
+Checkpoints (the original BERT variable names, Hugging Face folders) are read and
+written beside the models, in `realformer_tf.checkpoints.bert` and `.hf`:
+`bert_checkpoint.load_bert_checkpoint(model, "bert_model.ckpt")`.
 """
 
 import keras
@@ -12,78 +14,19 @@ import numpy as np
 from keras import ops
 
 from realformer_tf.models.bert import original_api as bert_compat
-from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.checkpoints import hf as hf_checkpoint
-from realformer_tf.checkpoints.tf_checkpoint import CheckpointError  # noqa: F401  (public)
-from realformer_tf.errors import ConfigError  # noqa: F401  (public)
+from realformer_tf.errors import CheckpointError, ConfigError  # noqa: F401  (public)
 from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
 
-# google-research/bert's module functions (README "Porting code from google-research/bert").
-from realformer_tf.models.bert.original_api import (  # noqa: F401,E402  (public)
-    assert_rank, attention_layer, create_attention_mask_from_input_mask, create_initializer,
-    dropout, embedding_lookup, embedding_postprocessor, function_variables, gelu, get_activation,
-    get_assignment_map_from_checkpoint, get_shape_list, layer_norm, layer_norm_and_dropout,
-    realformer_model, reshape_from_matrix, reshape_to_matrix, residual_attention_layer,
-    transformer_model,
-)
-
 LAYER_NORM_EPSILON = 1e-12
-# Stored names whose group 1 is a layer index (checkpoint.check_config_fits).
-BERT_LAYER_PATTERN = r"^bert/encoder/layer_(\d+)/"
 
 
-def bert_key_shapes(config):
-    """{original name: shape} of the weights that fix a BertConfig's model size (the
-    word embeddings first: every BERT checkpoint holds them)."""
-    h = config.hidden_size
-    return {
-        "bert/embeddings/word_embeddings": [config.vocab_size, h],
-        "bert/embeddings/position_embeddings": [config.max_position_embeddings, h],
-        "bert/embeddings/token_type_embeddings": [config.type_vocab_size, h],
-        "bert/encoder/layer_0/intermediate/dense/kernel": [h, config.intermediate_size],
-    }
-
-
-def check_checkpoint_fits(config, prefix):
-    """Raises CheckpointError when the checkpoint at `prefix` (a resolved prefix or a
-    Hugging Face folder) is not of `config`'s size, before any model is built."""
-    h, size = config.hidden_size, config.intermediate_size
-    # A lower bound of the weights: embeddings, each layer's q/k/v/o and feed-forward.
-    weights = ((config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
-               + config.num_hidden_layers * (4 * h * h + 2 * h * size))
-    ckpt.check_config_fits(prefix, bert_key_shapes(config), BERT_LAYER_PATTERN,
-                           config.num_hidden_layers, f"the config ({config.describe()})", weights)
-
-
-def _dense_vars(prefix, dense):
-    return {f"{prefix}/kernel": dense.kernel, f"{prefix}/bias": dense.bias}
-
-
-def _layer_norm_vars(prefix, layer_norm):
-    return {f"{prefix}/gamma": layer_norm.gamma, f"{prefix}/beta": layer_norm.beta}
-
-
-def _logits_vars(prefix, logits_layer):
-    return {f"{prefix}output_weights": logits_layer.output_weights,
-            f"{prefix}output_bias": logits_layer.output_bias}
-
-
-class _BertCheckpointIO:
-    """`load_bert_checkpoint` / `save_bert_checkpoint` over a model's name map.
-
-    Subclasses define `_checkpoint_variables(include_heads)`, `_head_prefixes`,
-    `hf_architecture` (the transformers class with the same weights) and
-    `_dummy_inputs()`; `_optional_prefixes` names weights the model's outputs do not use,
-    which keep their values when a checkpoint lacks them.
-    """
-
-    _head_prefixes = ()
-    _optional_prefixes = ()
-    hf_architecture = None
+class _BuildFromConfig:
+    """Building from the config alone (what `.keras` files and the checkpoint loaders
+    rely on). Subclasses define `build()` and `_dummy_inputs()`."""
 
     def _ensure_built(self):
         if not self.built:
@@ -98,54 +41,9 @@ class _BertCheckpointIO:
     def build_from_config(self, build_config):
         self.build()
 
-    def bert_checkpoint_variables(self, include_heads=True):
-        """{original BERT name: variable} for every weight of the model."""
-        self._ensure_built()
-        return self._checkpoint_variables(include_heads)
-
-    def load_bert_checkpoint(self, prefix, skip_heads=False):
-        """Loads an original-named checkpoint (a prefix or a directory) or a Hugging Face
-        BERT folder (config.json + model.safetensors; see `hf_checkpoint`).
-
-        Optimizer slots and `global_step` are ignored, and so are heads the model does not
-        have; `skip_heads=True` also leaves this model's own heads as initialized
-        (fine-tuning from a pretraining checkpoint). Raises CheckpointError naming any
-        missing, unexpected or mis-shaped variable.
-        """
-        if not self.built:  # sizes first: building a model the checkpoint does not fit could exhaust memory
-            check_checkpoint_fits(self.config, ckpt.resolve_checkpoint(prefix))
-        if not getattr(self.config, "residual_attention_stated", True):
-            # A config file without residual_attention: the weights decide (or an error).
-            from realformer_tf.checkpoints import variant_evidence
-            from realformer_tf.families import get_family
-
-            variant_evidence.check_loaded_model(self, get_family("bert"), ckpt.resolve_checkpoint(prefix))
-        owned = ("bert/",) + (() if skip_heads else tuple(self._head_prefixes))
-        optional = tuple(self._optional_prefixes)
-        if hf_checkpoint.is_hf_folder(prefix):
-            # transformers' BertForMaskedLM / BertForQuestionAnswering save no pooler and
-            # initialize a fresh one when a task needs it; so do we (with a log line).
-            optional += ("bert/pooler/",)
-        return ckpt.load_named_variables(
-            prefix, self.bert_checkpoint_variables(include_heads=not skip_heads), owned,
-            description=f"{type(self).__name__} ({self.config.describe()})",
-            optional_prefixes=optional,
-        )
-
-    def save_bert_checkpoint(self, prefix):
-        """Writes every weight under its original BERT name (a TF1 name-based checkpoint)."""
-        return ckpt.save_named_variables(prefix, self.bert_checkpoint_variables())
-
-    def save_hf_folder(self, folder, allow_variant=False):
-        """Writes a Hugging Face folder (config.json + model.safetensors) that
-        `transformers.<hf_architecture>.from_pretrained` reads; variants stock
-        transformers cannot compute are refused unless `allow_variant` (see
-        `hf_checkpoint.save_hf_folder`)."""
-        return hf_checkpoint.save_hf_folder(self, folder, allow_variant=allow_variant)
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class BertModel(bert_compat.OriginalBertModelApi, _BertCheckpointIO, keras.Model):
+class BertModel(bert_compat.OriginalBertModelApi, _BuildFromConfig, keras.Model):
     """The BERT / RealFormer / NormFormer encoder with BERT's outputs.
 
     Inputs: dict with `input_ids` [B, L] and optional `input_mask` (default all ones) and
@@ -160,8 +58,6 @@ class BertModel(bert_compat.OriginalBertModelApi, _BertCheckpointIO, keras.Model
     the weights of that moment (`is_training=False`: dropout 0, as the original);
     see `bert_compat.OriginalBertModelApi`.
     """
-
-    hf_architecture = "BertModel"
 
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
@@ -229,21 +125,6 @@ class BertModel(bert_compat.OriginalBertModelApi, _BertCheckpointIO, keras.Model
         self._ensure_built()
         return self.embeddings.word_embeddings
 
-    def _checkpoint_variables(self, include_heads=True):
-        emb = self.embeddings
-        names = {
-            "bert/embeddings/word_embeddings": emb.word_embeddings,
-            "bert/embeddings/token_type_embeddings": emb.token_type_embeddings,
-            "bert/embeddings/position_embeddings": emb.position_embeddings,
-            **_layer_norm_vars("bert/embeddings/LayerNorm", emb.layer_norm),
-        }
-        for i, block in enumerate(self.encoder.blocks):
-            names.update(_block_checkpoint_variables(f"bert/encoder/layer_{i}", block))
-        if self.encoder.final_layer_norm is not None:
-            names.update(_layer_norm_vars("bert/encoder/LayerNorm", self.encoder.final_layer_norm))
-        names.update(_dense_vars("bert/pooler/dense", self.pooler))
-        return names
-
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name}
 
@@ -252,28 +133,7 @@ class BertModel(bert_compat.OriginalBertModelApi, _BertCheckpointIO, keras.Model
         return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert"))
 
 
-def _block_checkpoint_variables(prefix, block):
-    att = block.attention
-    names = {
-        **_dense_vars(f"{prefix}/attention/self/query", att.query_dense),
-        **_dense_vars(f"{prefix}/attention/self/key", att.key_dense),
-        **_dense_vars(f"{prefix}/attention/self/value", att.value_dense),
-        **_dense_vars(f"{prefix}/attention/output/dense", att.output_dense),
-        **_layer_norm_vars(f"{prefix}/attention/output/LayerNorm", block.attention_layer_norm),
-        **_dense_vars(f"{prefix}/intermediate/dense", block.intermediate_dense),
-        **_dense_vars(f"{prefix}/output/dense", block.output_dense),
-        **_layer_norm_vars(f"{prefix}/output/LayerNorm", block.output_layer_norm),
-    }
-    if block.normformer:
-        names[f"{prefix}/attention/output/head_scale"] = att.head_scale
-        names.update(_layer_norm_vars(f"{prefix}/attention/post_LayerNorm", block.attention_post_layer_norm))
-        names.update(_layer_norm_vars(f"{prefix}/intermediate/LayerNorm", block.intermediate_layer_norm))
-    if block.use_residual_scale:
-        names[f"{prefix}/output/residual_scale"] = block.residual_scale
-    return names
-
-
-class _BertWithHead(_BertCheckpointIO, keras.Model):
+class _BertWithHead(_BuildFromConfig, keras.Model):
     """A `BertModel` (attribute `bert`) plus task heads."""
 
     def __init__(self, config, **kwargs):
@@ -307,9 +167,6 @@ class BertPretrainingModel(_BertWithHead):
     (`cls/seq_relationship`) heads. Extra input: `masked_lm_positions` [B, P].
     Extra outputs: `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2]."""
 
-    _head_prefixes = ("cls/",)
-    hf_architecture = "BertForPreTraining"
-
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "bert_pretraining")
         super().__init__(config, **kwargs)
@@ -338,24 +195,11 @@ class BertPretrainingModel(_BertWithHead):
         outputs["next_sentence_logits"] = self.next_sentence(outputs["pooled_output"])
         return outputs
 
-    def _checkpoint_variables(self, include_heads=True):
-        names = self.bert._checkpoint_variables()
-        if include_heads:
-            mlm = self.masked_lm
-            names.update(_dense_vars("cls/predictions/transform/dense", mlm.transform_dense))
-            names.update(_layer_norm_vars("cls/predictions/transform/LayerNorm", mlm.transform_layer_norm))
-            names["cls/predictions/output_bias"] = mlm.output_bias
-            names.update(_logits_vars("cls/seq_relationship/", self.next_sentence))
-        return names
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class BertClassifierModel(_BertWithHead):
     """BERT + dropout + `output_weights`/`output_bias` on the pooled output (the original
     run_classifier names). Output: `logits` [B, num_labels] (float32)."""
-
-    _head_prefixes = ("output_weights", "output_bias")
-    hf_architecture = "BertForSequenceClassification"
 
     def __init__(self, config, num_labels, **kwargs):
         kwargs.setdefault("name", "bert_classifier")
@@ -375,12 +219,6 @@ class BertClassifierModel(_BertWithHead):
         pooled = self.dropout(outputs["pooled_output"], training=training)
         return {"logits": self.classifier(pooled), "pooled_output": outputs["pooled_output"]}
 
-    def _checkpoint_variables(self, include_heads=True):
-        names = self.bert._checkpoint_variables()
-        if include_heads:
-            names.update(_logits_vars("", self.classifier))
-        return names
-
     def get_config(self):
         return dict(super().get_config(), num_labels=self.num_labels)
 
@@ -393,12 +231,6 @@ class BertClassifierModel(_BertWithHead):
 class BertSquadModel(_BertWithHead):
     """BERT + `cls/squad/output_weights` [2, hidden] on every token.
     Outputs: `start_logits`, `end_logits` [B, L] (float32)."""
-
-    _head_prefixes = ("cls/squad/",)
-    # The span head reads the sequence output only; transformers'
-    # BertForQuestionAnswering has no pooler at all.
-    _optional_prefixes = ("bert/pooler/",)
-    hf_architecture = "BertForQuestionAnswering"
 
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "bert_squad")
@@ -413,9 +245,3 @@ class BertSquadModel(_BertWithHead):
         outputs = self.bert(inputs, training=training)
         logits = self.span(outputs["sequence_output"])
         return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
-
-    def _checkpoint_variables(self, include_heads=True):
-        names = self.bert._checkpoint_variables()
-        if include_heads:
-            names.update(_logits_vars("cls/squad/", self.span))
-        return names

@@ -10,14 +10,14 @@
 
 Each attention type has its own residual score path (the long side's fused l2l+l2g
 logits and the global side's fused g2g+g2l logits), both pre-mask running sums; see
-`realformer_tf/layers/etc/blocked.py` for the layouts.
+`realformer_tf/layers/etc/blocked.py` for the layouts. Checkpoints (our names and the
+official etcmodel ones) are read and written beside the models, in
+`realformer_tf.checkpoints.etc_official`.
 """
 
 import keras
 import tensorflow as tf
 
-from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.checkpoints import etc_official as etc_checkpoint
 from realformer_tf.errors import ConfigError  # noqa: F401  (public here)
 from realformer_tf.models.etc.config import LAYOUTS, EtcConfig  # noqa: F401  (public here)
 from realformer_tf.layers.dropout import Dropout
@@ -29,34 +29,6 @@ from realformer_tf.layers.etc import (
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
 
 LAYER_NORM_EPSILON = 1e-12
-
-
-def check_checkpoint_fits(config, prefix):
-    """Raises CheckpointError when the ETC checkpoint at `prefix` (ours or official
-    names) is not of `config`'s size, before any model is built."""
-    h, e = config.hidden_size, config.embedding_size or config.hidden_size
-    if etc_checkpoint.has_official_names(prefix):
-        root = f"{etc_checkpoint.ROOT}/global_local_transformer_layers"
-        expected = {
-            f"{etc_checkpoint.ROOT}/token_emb_lookup/embedding_table": [config.vocab_size, e],
-            f"{etc_checkpoint.ROOT}/segment_emb_lookup/embedding_table": [config.segment_vocab_size, h],
-            f"{root}/feed_forward_layer_0/dense_layers/layer_0/kernel": [h, config.intermediate_size],
-            f"{root}/long_feed_forward_layer_0/dense_layers/layer_0/kernel": [h, config.intermediate_size],
-        }
-        pattern = r"/fused_att_layer_(\d+)/"
-    else:
-        expected = {
-            "etc/embeddings/word_embeddings": [config.vocab_size, e],
-            "etc/embeddings/segment_embeddings": [config.segment_vocab_size, h],
-            "etc/encoder/layer_0/long_feed_forward/intermediate/kernel": [h, config.intermediate_size],
-        }
-        pattern = r"^etc/encoder/layer_(\d+)/"
-    # A lower bound of the weights: token and segment tables, each layer's long-side
-    # q/k/v/o and one feed-forward.
-    weights = (config.vocab_size * e + config.segment_vocab_size * h
-               + config.num_hidden_layers * (4 * h * h + 2 * h * config.intermediate_size))
-    ckpt.check_config_fits(prefix, expected, pattern, config.num_hidden_layers,
-                           f"the config ({config.describe()})", weights)
 
 
 # ----------------------------------------------------------------------------- layers
@@ -200,17 +172,9 @@ def _as_config(config):
     return EtcConfig.from_dict(config) if isinstance(config, dict) else config
 
 
-class _EtcCheckpointIO:
-    """Name-based checkpoints of ETC models (the same TF1-style format as the BERT ones,
-    through `realformer_tf.checkpoints.tf_checkpoint`). Names are the Keras weight paths under a fixed
-    root: the encoder's under `etc/` (identical in every ETC model, so a pretraining
-    checkpoint initializes a classifier), heads under their layer names (`predictions/`,
-    `seq_relationship/`, `pooler/`, `classifier/`).
-
-    `bert_checkpoint_variables` is the name the shared `Trainer` uses for its checkpoints.
-    """
-
-    _head_prefixes = ()
+class _BuildFromConfig:
+    """Building from the config alone (what `.keras` files and the checkpoint loaders
+    rely on)."""
 
     def _ensure_built(self):
         if not self.built:
@@ -224,50 +188,9 @@ class _EtcCheckpointIO:
     def build_from_config(self, build_config):
         self.build()
 
-    def etc_checkpoint_variables(self, include_heads=True):
-        self._ensure_built()
-        names = {}
-        for v in self.weights:
-            rest = v.path.split("/", 1)[1]
-            name = rest if isinstance(self, _EtcWithHead) else f"etc/{rest}"
-            if include_heads or name.startswith("etc/"):
-                names[name] = v
-        if len(names) != len({id(v) for v in names.values()}):
-            raise RuntimeError(f"{type(self).__name__}: weight names are not unique")
-        return names
-
-    def bert_checkpoint_variables(self, include_heads=True):
-        return self.etc_checkpoint_variables(include_heads)
-
-    def load_etc_checkpoint(self, prefix, skip_heads=False):
-        """Loads a checkpoint written by `save_etc_checkpoint` (or a training checkpoint
-        of ours), or an official ETC checkpoint (recognized by its `etc_document_bert/`
-        names; needs a config in the official layout); `skip_heads` loads the encoder
-        only. Raises CheckpointError naming any missing, unexpected or mis-shaped weight."""
-        if not self.built:  # sizes first, before a model the checkpoint does not fit is built
-            check_checkpoint_fits(self.config, ckpt.resolve_checkpoint(prefix))
-        if not getattr(self.config, "residual_attention_stated", True):
-            from realformer_tf.checkpoints import variant_evidence
-            from realformer_tf.families import get_family
-
-            variant_evidence.check_loaded_model(self, get_family("etc"), ckpt.resolve_checkpoint(prefix))
-        if etc_checkpoint.has_official_names(prefix):
-            return etc_checkpoint.load_official(self, prefix, skip_heads=skip_heads)
-        owned = ("etc/",) + (() if skip_heads else tuple(self._head_prefixes))
-        return ckpt.load_named_variables(
-            prefix, self.etc_checkpoint_variables(include_heads=not skip_heads), owned,
-            description=f"{type(self).__name__} ({self.config.describe()})")
-
-    def save_etc_checkpoint(self, prefix, official_names=False):
-        """Writes every weight under our names, or with `official_names` the encoder under
-        the official etcmodel names (official layout only; see `etc_checkpoint`)."""
-        if official_names:
-            return etc_checkpoint.save_official(self, prefix)
-        return ckpt.save_named_variables(prefix, self.etc_checkpoint_variables())
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class EtcModel(_EtcCheckpointIO, keras.Model):
+class EtcModel(_BuildFromConfig, keras.Model):
     """The ETC encoder (global-local attention) with RealFormer residual scores.
 
     Inputs: dict with `long_token_ids` [B, L] and `global_token_ids` [B, G] (0 = padding),
@@ -377,7 +300,7 @@ class EtcModel(_EtcCheckpointIO, keras.Model):
         return cls(EtcConfig.from_dict(config["config"]), name=config.get("name", "etc"))
 
 
-class _EtcWithHead(_EtcCheckpointIO, keras.Model):
+class _EtcWithHead(_BuildFromConfig, keras.Model):
     def __init__(self, config, **kwargs):
         config = _as_config(config)
         super().__init__(**kwargs)
@@ -404,8 +327,6 @@ class EtcPretrainingModel(_EtcWithHead):
     global token (so BERT pretraining records train it unchanged).
     Extra input: `masked_lm_positions` [B, P] (long positions). Extra outputs:
     `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2] (float32)."""
-
-    _head_prefixes = ("predictions/", "seq_relationship/")
 
     def __init__(self, config, next_sentence_head=True, **kwargs):
         kwargs.setdefault("name", "etc_pretraining")
@@ -452,8 +373,6 @@ class EtcClassifierModel(_EtcWithHead):
     """ETC + classifier on the first global token (ETC's choice for long documents):
     tanh pooler, dropout, `BertLogits`. Output: `logits` [B, num_labels] (float32)."""
 
-    _head_prefixes = ("pooler/", "classifier/")
-
     def __init__(self, config, num_labels, **kwargs):
         kwargs.setdefault("name", "etc_classifier")
         super().__init__(config, **kwargs)
@@ -491,8 +410,6 @@ class EtcSquadModel(_EtcWithHead):
     [2, hidden]): the whole context is one long input, so a question over a document of
     thousands of tokens needs no doc_stride windows. Outputs: `start_logits`,
     `end_logits` [B, L] (float32)."""
-
-    _head_prefixes = ("squad/",)
 
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "etc_squad")
