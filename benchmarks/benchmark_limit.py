@@ -117,9 +117,9 @@ def make_bare(shape, dtype, jit_compile, seed=0):
 
 def make_train_step(candidate, jit_compile):
     """benchmark_encoder's step plus the training loop's update of every weight: BERT's
-    AdamW after clipping to global norm 1.0 (`training.clip_and_apply`)."""
+    AdamW after clipping to global norm 1.0 (`training.gradients.clip_and_apply`)."""
     from realformer_tf import optimization
-    from realformer_tf.training import trainer as training
+    from realformer_tf.training import gradients
 
     optimizer = optimization.create_optimizer("adamw", 1e-4, 10000, 100)
     optimizer.build(candidate.variables)
@@ -132,7 +132,7 @@ def make_train_step(candidate, jit_compile):
             loss = (tf.reduce_mean(tf.square(tf.cast(seq, tf.float32)))
                     + tf.reduce_mean(tf.square(tf.cast(pooled, tf.float32))))
         grads = tape.gradient(loss, variables)
-        training.clip_and_apply(optimizer, grads, variables, clip_norm=1.0)
+        gradients.clip_and_apply(optimizer, grads, variables, clip_norm=1.0)
         return loss, grads[0]
 
     return be.traced_as_trained(train, candidate)
@@ -156,7 +156,7 @@ def time_interleaved(fns, args, inputs):
 def measure(preset, precision, args):
     import keras
 
-    from realformer_tf.training.trainer import resolve_jit_compile
+    from realformer_tf.training.jit import resolve_jit_compile
 
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16" if precision == "bfloat16" else "float32")
     shape = dict(be.PRESETS[preset], batch_size=args.batch_size or DEFAULT_BATCH[preset])

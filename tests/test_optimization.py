@@ -273,7 +273,7 @@ def test_trainer_step_clips_to_the_global_norm(tmp_path, clip):
 
 def test_clip_multiplier_matches_tf_clip_by_global_norm():
     """Also where the norm is not finite: NaN, so that the step stays non-finite."""
-    from realformer_tf.training.trainer import _clip_multiplier
+    from realformer_tf.training.gradients import _clip_multiplier
 
     for norm in (0.3, 1.0, 7.0, np.inf, np.nan):
         use_norm = tf.constant(norm, tf.float32)

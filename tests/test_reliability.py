@@ -18,9 +18,10 @@ from realformer_tf.families import get_family
 from realformer_tf.data import pretraining as pretraining_data
 from realformer_tf.data import integrity
 from realformer_tf.data import records as records_lib
+from realformer_tf.errors import NonFiniteLossError
 from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 from realformer_tf.models import variants
-from realformer_tf.training.trainer import NonFiniteLossError, Trainer
+from realformer_tf.training.trainer import Trainer
 
 SEQ, PRED = 16, 4
 

@@ -144,7 +144,7 @@ def test_compiled_step_matches_the_uncompiled_one(tmp_path):
 def test_jit_compile_values():
     import tensorflow as tf
 
-    from realformer_tf.training.trainer import resolve_jit_compile
+    from realformer_tf.training.jit import resolve_jit_compile
 
     class TwoReplicas:
         num_replicas_in_sync = 2

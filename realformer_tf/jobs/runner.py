@@ -29,7 +29,8 @@ from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output
-from realformer_tf.training.trainer import Trainer, is_chief, worker_scratch_dir
+from realformer_tf.training.trainer import Trainer
+from realformer_tf.training.workers import is_chief, worker_scratch_dir
 
 
 def say(message):

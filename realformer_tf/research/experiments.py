@@ -69,7 +69,8 @@ def evaluate_run(run_dir, config_file, eval_file, budget):
     from realformer_tf.data import pretraining as data
     from realformer_tf.data import records
     from realformer_tf.jobs.tasks.pretraining import PretrainingTask
-    from realformer_tf.training.trainer import Trainer, write_results
+    from realformer_tf.training.results import write_results
+    from realformer_tf.training.trainer import Trainer
 
     files = data.check_files(eval_file, budget.max_seq_length, budget.max_predictions_per_seq)
     wanted = budget.max_eval_steps * budget.eval_batch_size if budget.max_eval_steps > 0 else -1

@@ -22,11 +22,11 @@ advance once).
 The steps are traced inside `kernels.fused_cpu_kernels()`: on a CPU without XLA their
 LayerNorms run as fused kernels (realformer_tf/kernels); the same model traced anywhere
 else (export, a user's own function) keeps TensorFlow's ops.
-"""
 
-import math
-import os
-import time
+Its parts, one module each in training/: task (the protocol), jit (the XLA policy),
+gradients (clipping, accumulation), workers (the chief), state (what a checkpoint
+tracks), metrics, orbit_runner, monitoring (NaN stop, progress) and results (files).
+"""
 
 import numpy as np
 import orbit
@@ -34,146 +34,13 @@ import tensorflow as tf
 from absl import logging
 
 from realformer_tf import kernels
-from realformer_tf.training import optimization
-from realformer_tf.errors import UserError
-from realformer_tf.fileio import atomic_output
-from realformer_tf.errors import NonFiniteLossError  # noqa: F401  (raised here, public here)
-
-
-def _orbit_log(message):
-    """orbit prints every loop's output dict (several lines) besides logging it; the
-    progress line below says the same in one line, so of orbit's messages only those
-    about checkpoints reach stdout; all of them stay in the absl log."""
-    logging.info(message)
-    if message.startswith(("saved checkpoint", "restored")):
-        print(message, flush=True)
-
-
-orbit.controller._log = _orbit_log  # a module function orbit looks up on each call
-
-# The local host's CPU: where the float64 metric sums live (never on a TPU/GPU).
-_HOST = "/device:CPU:0"
-JIT_COMPILE_CHOICES = ("auto", "true", "false")
-
-
-class Task:
-    """What a training job is about. Subclasses implement the three methods and name
-    the metrics `metric_sums` returns; the loss is the sum of the `loss_terms` means."""
-
-    metric_names = ("loss",)
-    loss_terms = ("loss",)
-
-    def build_model(self):
-        """Returns the (unbuilt is fine) keras.Model."""
-        raise NotImplementedError
-
-    def initialize(self, model):
-        """Called once for a fresh run (no checkpoint in output_dir), e.g. to load
-        init_checkpoint. Returns a description for the log, or None."""
-        return None
-
-    def metric_sums(self, features, outputs):
-        """{name: (sum over the local batch, count)} for the loss terms and metrics."""
-        raise NotImplementedError
-
-
-class _MetricAccumulator:
-    """Sums of (sum, count) pairs over steps, kept in float64 variables on the host's CPU
-    (TPUs have no float64; the sums arrive there already reduced over the replicas),
-    so they can be updated inside orbit's compiled loop but outside the replica step."""
-
-    def __init__(self, names):
-        self.names = tuple(names)
-        with tf.device(_HOST):
-            self.sums = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
-            self.counts = {n: tf.Variable(0.0, trainable=False, dtype=tf.float64) for n in self.names}
-
-    def reset(self):
-        for n in self.names:
-            self.sums[n].assign(0.0)
-            self.counts[n].assign(0.0)
-
-    def add(self, strategy, per_replica_sums):
-        reduced = {n: [strategy.reduce("SUM", x, axis=None) for x in per_replica_sums[n]] for n in self.names}
-        # A count that does not depend on the data (a static batch size) must not be added
-        # when reading the batch fails at the end of the data: gate every update on all
-        # the reduced values.
-        with tf.control_dependencies(tf.nest.flatten(reduced)), tf.device(_HOST):
-            for n in self.names:
-                self.sums[n].assign_add(tf.cast(reduced[n][0], tf.float64))
-                self.counts[n].assign_add(tf.cast(reduced[n][1], tf.float64))
-
-    def means(self, loss_terms):
-        values = {n: float(self.sums[n].numpy() / max(self.counts[n].numpy(), 1e-12)) for n in self.names}
-        values["loss"] = sum(values[t] for t in loss_terms)
-        return values
-
-
-class _OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
-    def __init__(self, trainer, train_dataset, eval_dataset):
-        self._t = trainer
-        self.train_metrics = None
-        self.eval_metrics = None
-        if train_dataset is not None:
-            orbit.StandardTrainer.__init__(self, train_dataset)
-        if eval_dataset is not None:
-            orbit.StandardEvaluator.__init__(self, eval_dataset)
-
-    # -- training ---------------------------------------------------------------------
-    def train_loop_begin(self):
-        if self.train_metrics is None:
-            self.train_metrics = self._t.new_accumulator()
-        self.train_metrics.reset()
-
-    def train_step(self, iterator):
-        # One optimizer step: the next gradient_accumulation_steps batches.
-        batches = tuple(next(iterator) for _ in range(self._t.gradient_accumulation_steps))
-        self.train_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_train_step, (batches,)))
-
-    def train_loop_end(self):
-        values = self.train_metrics.means(self._t.task.loss_terms)
-        values["learning_rate"] = float(self._t.current_learning_rate())
-        return values
-
-    # -- evaluation -------------------------------------------------------------------
-    def eval_begin(self):
-        if self.eval_metrics is None:
-            self.eval_metrics = self._t.new_accumulator()
-        self.eval_metrics.reset()
-
-    def eval_step(self, iterator):
-        self.eval_metrics.add(self._t.strategy, self._t.strategy.run(self._t.eval_step_fn, (next(iterator),)))
-
-    def eval_end(self):
-        return self.eval_metrics.means(self._t.task.loss_terms)
-
-
-def resolve_jit_compile(jit_compile, strategy=None):
-    """Which parts of a step compile with XLA: returns `(steps, update)`, whether the
-    per-replica forward+backward and eval steps do, and whether the optimizer update
-    (unscale, clip, apply) does.
-
-    `jit_compile` is a bool or one of `JIT_COMPILE_CHOICES`. `"true"`: both; the update
-    only where one replica runs (a multi-replica update goes through the strategy's
-    cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
-    compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
-    elementwise ops around the matmuls); CPUs compile nothing: XLA's CPU matmuls are
-    slower than TensorFlow's oneDNN kernels, and an XLA update cannot use the fused
-    AdamW kernel (benchmarks/benchmark_jit.py, the BERT pretraining Trainer step on a
-    2-core CPU: everything compiled 1.2-2.1x the time of no XLA, the update alone
-    0.96-1.07x; README, "Performance").
-    """
-    one_replica = strategy is None or strategy.num_replicas_in_sync == 1
-    if not isinstance(jit_compile, str):
-        return bool(jit_compile), bool(jit_compile) and one_replica
-    value = jit_compile.strip().lower()
-    if value not in JIT_COMPILE_CHOICES:
-        raise ValueError(f"jit_compile={jit_compile!r}; use one of {', '.join(JIT_COMPILE_CHOICES)}")
-    if value == "auto":
-        accelerator = isinstance(strategy, tf.distribute.TPUStrategy) or bool(
-            tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
-        return accelerator, accelerator and one_replica
-    return value == "true", value == "true" and one_replica
+from realformer_tf.training.gradients import add_gradients, clip_and_apply
+from realformer_tf.training.jit import resolve_jit_compile
+from realformer_tf.training.metrics import MetricAccumulator
+from realformer_tf.training.monitoring import NonFiniteCheck, ProgressAction
+from realformer_tf.training.orbit_runner import OrbitRunner
+from realformer_tf.training.state import checkpointable_weights, random_states
+from realformer_tf.training.workers import is_chief, worker_checkpoint_dir
 
 
 class Trainer:
@@ -241,7 +108,7 @@ class Trainer:
         self.is_chief = is_chief(strategy)
         self.checkpoint_manager = tf.train.CheckpointManager(
             self.checkpoint,
-            directory=model_dir if self.is_chief else _worker_dir(model_dir, strategy),
+            directory=model_dir if self.is_chief else worker_checkpoint_dir(model_dir, strategy),
             max_to_keep=max_checkpoints_to_keep,
             step_counter=self.global_step,
             checkpoint_interval=max(1, int(save_checkpoints_steps)),
@@ -271,7 +138,7 @@ class Trainer:
         return path
 
     def new_accumulator(self):
-        return _MetricAccumulator(self.task.metric_names)
+        return MetricAccumulator(self.task.metric_names)
 
     def current_learning_rate(self):
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
@@ -343,7 +210,7 @@ class Trainer:
         grads, sums = None, None
         for features in batches:
             g, s = self.train_gradients_fn(features, counts)
-            grads = g if grads is None else [_add_gradients(a, b) for a, b in zip(grads, g)]
+            grads = g if grads is None else [add_gradients(a, b) for a, b in zip(grads, g)]
             sums = s if sums is None else tf.nest.map_structure(tf.add, sums, s)
         self._apply_gradients(grads)
         return sums
@@ -384,7 +251,7 @@ class Trainer:
         start_step = int(self.global_step.numpy()) * self.gradient_accumulation_steps
         dataset = self.strategy.distribute_datasets_from_function(
             lambda input_context: train_dataset_fn(input_context, start_step=start_step))
-        runner = _OrbitRunner(self, dataset, None)
+        runner = OrbitRunner(self, dataset, None)
         examples_per_step = self.global_batch_size and self.global_batch_size * self.gradient_accumulation_steps
         progress = ProgressAction(self, num_train_steps, examples_per_step, log_fn)
         controller = orbit.Controller(
@@ -404,7 +271,7 @@ class Trainer:
     def evaluate(self, eval_dataset_fn, num_steps, summary_dir=None):
         """Runs `num_steps` eval batches (-1: until the data ends); returns metric means."""
         dataset = self.strategy.distribute_datasets_from_function(eval_dataset_fn)
-        runner = _OrbitRunner(self, None, dataset)
+        runner = OrbitRunner(self, None, dataset)
         controller = orbit.Controller(
             strategy=self.strategy, evaluator=runner, global_step=self.global_step,
             eval_summary_dir=summary_dir if self.is_chief else None,
@@ -433,179 +300,3 @@ class Trainer:
                 for k in keys:
                     collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
-
-
-def clip_and_apply(optimizer, grads, variables, clip_norm):
-    """One optimizer step from replica-summed (loss-scaled) gradients, clipped to global
-    norm `clip_norm` (of the unscaled gradients; None: no clipping).
-
-    One factor does the clipping and takes this replica's 1/N share (Keras' own
-    cross-replica sum restores the whole); a LossScaleOptimizer gets the gradients
-    still loss-scaled and unscales them itself. Our AdamW on one replica folds the
-    factor into its update's single pass; otherwise it is one multiply per gradient,
-    and none where it would be 1 (one replica, no clipping)."""
-    context = tf.distribute.get_replica_context()
-    scale = getattr(optimizer, "dynamic_scale", None)
-    multiplier = 1.0 / context.num_replicas_in_sync
-    if clip_norm:
-        norm = tf.linalg.global_norm(grads)
-        if scale is not None:
-            norm = norm / tf.cast(scale, norm.dtype)
-        multiplier = _clip_multiplier(norm, clip_norm) * multiplier
-    if isinstance(multiplier, float) and multiplier == 1.0:
-        optimizer.apply_gradients(zip(grads, variables))
-    elif isinstance(optimizer, optimization.AdamW) and context.num_replicas_in_sync == 1:
-        with optimizer.scaling_gradients(multiplier):
-            optimizer.apply_gradients(zip(grads, variables))
-    else:
-        optimizer.apply_gradients(zip([_times(g, multiplier) for g in grads], variables))
-
-
-def _clip_multiplier(norm, clip_norm):
-    """tf.clip_by_global_norm's factor: min(1, clip_norm / norm), NaN where the norm is
-    not finite (so a non-finite step stays non-finite, as there)."""
-    return clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm) + (norm - norm)
-
-
-def _times(gradient, multiplier):
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(gradient.values * tf.cast(multiplier, gradient.dtype), gradient.indices,
-                                gradient.dense_shape)
-    return gradient * tf.cast(multiplier, gradient.dtype)
-
-
-def _add_gradients(a, b):
-    """a + b for a variable's gradients; embedding gradients stay sparse (concatenated
-    slices, as TF sums them), an unused variable's stay None."""
-    if a is None:
-        return None
-    if isinstance(a, tf.IndexedSlices) or isinstance(b, tf.IndexedSlices):
-        a, b = (x if isinstance(x, tf.IndexedSlices) else _as_slices(x) for x in (a, b))
-        return tf.IndexedSlices(tf.concat([a.values, b.values], 0), tf.concat([a.indices, b.indices], 0),
-                                a.dense_shape)
-    return a + b
-
-
-def _as_slices(dense):
-    rows = tf.shape(dense, out_type=tf.int64)[0]
-    return tf.IndexedSlices(dense, tf.range(rows), tf.shape(dense, out_type=tf.int64))
-
-
-def is_chief(strategy):
-    """The worker that writes outputs: the only one, the `chief`, or worker 0 of a
-    cluster without a chief."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
-        return True
-    task_type, task_id = resolver.task_type, resolver.task_id
-    if task_type == "chief":
-        return True
-    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
-
-
-def worker_scratch_dir(output_dir, strategy):
-    """Where a non-chief worker writes what the chief writes to output_dir."""
-    resolver = strategy.cluster_resolver
-    return os.path.join(output_dir, f"tmp_{resolver.task_type}_{resolver.task_id}")
-
-
-def _worker_dir(model_dir, strategy):
-    """A non-chief worker's scratch checkpoint folder, emptied at start so that orbit's
-    Controller never restores a stale one."""
-    path = os.path.join(worker_scratch_dir(model_dir, strategy), "checkpoints")
-    if tf.io.gfile.exists(path):
-        tf.io.gfile.rmtree(path)
-    return path
-
-
-def checkpointable_weights(model):
-    """{original BERT name: variable} of every model weight, for tf.train.Checkpoint.
-
-    Keras 3 layers do not expose nested sublayers to TF's object-based checkpointing,
-    so the training checkpoints track the weights explicitly, keyed by their original
-    names: robust to code changes, and convertible without rebuilding the object graph.
-    """
-    from realformer_tf.checkpoints import names as checkpoint_names
-
-    weights = checkpoint_names.named_variables(model)
-    if len(weights) != len(model.weights):
-        raise RuntimeError(
-            f"{type(model).__name__} maps {len(weights)} of its {len(model.weights)} weights to names"
-        )
-    return weights
-
-
-def random_states(model):
-    """The model's random-number states (Keras seed generators: dropout), i.e. its
-    variables that are not weights."""
-    weights = {id(w) for w in model.weights}
-    return [v for v in model.variables if id(v) not in weights]
-
-
-class NonFiniteCheck:
-    """Stops training on a NaN/Inf loss, before that state is checkpointed."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def __call__(self, output):
-        loss = output.get("loss")
-        if loss is not None and not math.isfinite(float(loss)):
-            step = int(self.trainer.global_step.numpy())
-            last = self.trainer.checkpoint_manager.latest_checkpoint or "none (no checkpoint yet)"
-            raise NonFiniteLossError(
-                f"loss became {loss} in the steps ending at global step {step}; training "
-                f"stopped. Last good checkpoint: {last}. Lower the learning rate or use "
-                "float32, then rerun (it resumes from that checkpoint)."
-            )
-
-
-class ProgressAction:
-    """Prints one progress line per loop: step, steps/s, examples/s, ETA, loss."""
-
-    def __init__(self, trainer, total_steps, global_batch_size, log_fn):
-        self.trainer = trainer
-        self.total_steps = total_steps
-        self.global_batch_size = global_batch_size
-        self.log_fn = log_fn
-        self.last_time = time.time()
-        self.last_step = int(trainer.global_step.numpy())
-
-    def __call__(self, output):
-        now, step = time.time(), int(self.trainer.global_step.numpy())
-        rate = (step - self.last_step) / max(now - self.last_time, 1e-9)
-        self.last_time, self.last_step = now, step
-        eta = (self.total_steps - step) / rate if rate > 0 else float("inf")
-        examples = f" | {rate * self.global_batch_size:.1f} examples/s" if self.global_batch_size else ""
-        metrics = " | ".join(
-            f"{k} {v:.4g}" for k, v in sorted(output.items()) if isinstance(v, (int, float, np.floating))
-        )
-        self.log_fn(
-            f"step {step}/{self.total_steps} ({100.0 * step / max(self.total_steps, 1):.0f}%)"
-            f" | {rate:.2f} steps/s{examples} | ETA {_format_seconds(eta)} | {metrics}"
-        )
-
-
-def _format_seconds(seconds):
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def report_results(output_dir, results, heading="Eval results"):
-    """Writes output_dir/eval_results.txt and prints the same lines; returns its path."""
-    path = os.path.join(output_dir, "eval_results.txt")
-    write_results(path, results)
-    print(f"***** {heading} *****")
-    for key in sorted(results):
-        print(f"  {key} = {results[key]}")
-    print(f"Written to {path}", flush=True)
-    return path
-
-
-def write_results(path, results):
-    """Writes `key = value` lines, sorted by key, like the original eval_results.txt."""
-    with atomic_output(path) as f:
-        for key in sorted(results):
-            f.write(f"{key} = {results[key]}\n")

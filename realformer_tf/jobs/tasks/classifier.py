@@ -19,7 +19,8 @@ from realformer_tf.data.vocab import check_vocab
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output, commit, temporary_name
-from realformer_tf.training.trainer import Task, report_results
+from realformer_tf.training.results import report_results
+from realformer_tf.training.task import Task
 
 
 class ClassifierTask(Task):

@@ -15,7 +15,8 @@ from realformer_tf.data import integrity
 from realformer_tf.data import pretraining as data
 from realformer_tf.errors import require
 from realformer_tf.families import get_family
-from realformer_tf.training.trainer import Task, report_results
+from realformer_tf.training.results import report_results
+from realformer_tf.training.task import Task
 
 
 def _sparse_nll(labels, logits):

@@ -27,7 +27,8 @@ from realformer_tf.data import squad as data
 from realformer_tf.errors import require
 from realformer_tf.families import get_family
 from realformer_tf.jobs.tasks.classifier import check_case
-from realformer_tf.training.trainer import Task, report_results
+from realformer_tf.training.results import report_results
+from realformer_tf.training.task import Task
 
 
 def _nll(positions, logits):
