@@ -20,6 +20,9 @@ from official.nlp.tools import tokenization
 
 import helpers_data as h
 from realformer_tf.checkpoints import variant_evidence as ve
+from realformer_tf.checkpoints import bert as bert_checkpoint
+from realformer_tf.checkpoints import etc_official
+from realformer_tf.checkpoints import hf as hf_checkpoint
 from realformer_tf.errors import ConfigError
 from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.families import get_family
@@ -177,7 +180,7 @@ def test_the_weights_tell_their_architecture(models):
 
         model = modeling.BertPretrainingModel(BertConfig.from_json_file(models["config"]))
         with pytest.raises(ConfigError, match="do not tell clearly .*" + ERROR_HINT):
-            model.load_bert_checkpoint(prefix)
+            bert_checkpoint.load_bert_checkpoint(model, prefix)
 
 
 def _classifier_options(models, out, config, init):
@@ -253,9 +256,9 @@ def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactl
     inputs = {"input_ids": np.array([[2, 7, 9, 3]]), "masked_lm_positions": np.array([[1, 2]])}
     want = model(inputs)["masked_lm_logits"].numpy()
     with pytest.raises(hf_checkpoint.VariantExportError, match="--hf_allow_variant"):
-        model.save_hf_folder(str(tmp_path / "refused"))
+        hf_checkpoint.save_hf_folder(model, str(tmp_path / "refused"))
     assert not os.path.exists(tmp_path / "refused")
-    folder = model.save_hf_folder(str(tmp_path / "hf"), allow_variant=True)
+    folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), allow_variant=True)
     written = json.load(open(os.path.join(folder, "config.json")))
     assert written["model_type"] == "realformer_bert" and written["residual_attention"] is True
     assert written["architectures"] == ["RealFormerTfBertForPreTraining"]
@@ -263,10 +266,10 @@ def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactl
     again_config = BertConfig.from_json_file(folder)
     assert again_config == config and ve.is_stated(again_config)
     again = modeling.BertPretrainingModel(again_config)
-    again.load_bert_checkpoint(folder)
+    bert_checkpoint.load_bert_checkpoint(again, folder)
     np.testing.assert_array_equal(again(inputs)["masked_lm_logits"].numpy(), want)
     # Plain BERT stays a stock "bert" folder.
-    plain = modeling.BertModel(h.tiny_config(residual_attention=False)).save_hf_folder(str(tmp_path / "plain"))
+    plain = hf_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config(residual_attention=False)), str(tmp_path / "plain"))
     assert json.load(open(os.path.join(plain, "config.json")))["model_type"] == "bert"
 
 
@@ -274,7 +277,7 @@ def test_transformers_refuses_a_variant_folder(tmp_path):
     transformers = pytest.importorskip("transformers")
     from realformer_tf import modeling
 
-    folder = modeling.BertModel(h.tiny_config()).save_hf_folder(str(tmp_path / "hf"), allow_variant=True)
+    folder = hf_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config()), str(tmp_path / "hf"), allow_variant=True)
     with pytest.raises(ValueError, match="realformer_bert"):
         transformers.AutoModel.from_pretrained(folder)
 
@@ -284,7 +287,7 @@ def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path)
     from realformer_tf import etc_modeling, modeling
 
     config = h.write_config(tmp_path / "bert_config.json")  # states residual attention on
-    prefix = modeling.BertPretrainingModel(h.tiny_config()).save_bert_checkpoint(str(tmp_path / "in" / "m.ckpt"))
+    prefix = bert_checkpoint.save_bert_checkpoint(modeling.BertPretrainingModel(h.tiny_config()), str(tmp_path / "in" / "m.ckpt"))
     args = dict(bert_config_file=config, input_checkpoint=prefix, output_format="hf")
     proc = h.run_script("convert_checkpoint.py", *h.flags(output_checkpoint=str(tmp_path / "no"), **args))
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -318,14 +321,14 @@ def test_etc_evidence_runs_through_the_family_and_random_weights_tell_nothing(tm
     del values["residual_attention"]
     config = EtcConfig.from_dict(values)
     family = get_family("etc")
-    prefix = EtcPretrainingModel(EtcConfig(**h.tiny_etc_config_dict())) \
-        .save_etc_checkpoint(str(tmp_path / "p" / "etc_model.ckpt"))
+    prefix = etc_official.save_etc_checkpoint(EtcPretrainingModel(EtcConfig(**h.tiny_etc_config_dict())),
+                                              str(tmp_path / "p" / "etc_model.ckpt"))
     evidence = ve.measure(family, config, prefix)
     assert np.isfinite([evidence.loss_on, evidence.loss_off]).all() and evidence.decision is None
     with pytest.raises(ConfigError, match="do not tell clearly"):
         ve.resolve(family, config, prefix)
     classifier = EtcClassifierModel(EtcConfig(**h.tiny_etc_config_dict()), num_labels=2)
-    prefix = classifier.save_etc_checkpoint(str(tmp_path / "c" / "etc_model.ckpt"))
+    prefix = etc_official.save_etc_checkpoint(classifier, str(tmp_path / "c" / "etc_model.ckpt"))
     with pytest.raises(ConfigError, match="no masked-LM head"):
         ve.resolve(family, config, prefix)
     assert ve.resolve(family, EtcConfig(**h.tiny_etc_config_dict()), prefix).residual_attention is True  # stated

@@ -1,6 +1,8 @@
 """What a training checkpoint tracks of a model besides the optimizer: its weights by
 original name and its random-number states."""
 
+from realformer_tf.checkpoints import names as checkpoint_names
+
 
 def checkpointable_weights(model):
     """{original BERT name: variable} of every model weight, for tf.train.Checkpoint.
@@ -9,7 +11,7 @@ def checkpointable_weights(model):
     so the training checkpoints track the weights explicitly, keyed by their original
     names: robust to code changes, and convertible without rebuilding the object graph.
     """
-    weights = model.bert_checkpoint_variables()
+    weights = checkpoint_names.named_variables(model)
     if len(weights) != len(model.weights):
         raise RuntimeError(
             f"{type(model).__name__} maps {len(weights)} of its {len(model.weights)} weights to names"
