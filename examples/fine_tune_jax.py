@@ -5,7 +5,8 @@
 The task is synthetic so the example runs anywhere in seconds: label 1 when token 7
 occurs in the (variably padded) sequence. The model is `BertClassifierModel` with
 residual attention on (the RealFormer default); swap in
-`model.load_bert_checkpoint(path, skip_heads=True)` to start from a pretrained
+`realformer_tf.checkpoints.bert.load_bert_checkpoint(model, path, skip_heads=True)` to
+start from a pretrained
 original-name checkpoint instead (reading it uses TensorFlow's checkpoint reader, the
 weights then live in JAX arrays).
 """
