@@ -189,11 +189,11 @@ def test_etc_config_defaults_validation_and_json(tmp_path):
         (dict(relative_pos_max_distance=2, relative_vocab_size=7), "at least .* = 8"),
         (dict(hidden_size=100, num_attention_heads=12), "not a multiple of num_attention_heads"),
         (dict(local_radius=0), "local_radius must be a positive integer"),
-        (dict(layer_norm_type="sandwich"), "layer_norm_type 'sandwich'"),
+        (dict(layer_norm_type="sandwich"), "layer_norm_type='sandwich' is not one of"),
         (dict(use_pre_activation_order=True, layer_norm_type="post"), "use_pre_activation_order"),
-        (dict(normformer_residual_scale=True), "normformer_residual_scale needs"),
+        (dict(normformer_residual_scale=True), "normformer_residual_scale is a NormFormer option"),
         (dict(share_qkv_projections="yes"), "share_qkv_projections must be true or false"),
-        (dict(hidden_act="swoosh"), "hidden_act 'swoosh'"),
+        (dict(hidden_act="swoosh"), "hidden_act='swoosh' is not one of"),
     ]
     for kwargs, message in bad:
         with pytest.raises(ConfigError, match=message):

@@ -5,8 +5,7 @@ import keras
 from realformer_tf.layers.normalization import LayerNorm
 
 from realformer_tf.layers.masking import keras_mask_of
-from realformer_tf.layers.transformer import TransformerEncoderBlock, check_layer_norm_type
-from realformer_tf.layers.weights import WeightOptions
+from realformer_tf.layers.transformer import TransformerEncoderBlock, pop_block_options
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -61,54 +60,14 @@ class TransformerEncoder(keras.layers.Layer):
     (2, 5, 16)
     """
 
-    def __init__(
-        self,
-        num_layers,
-        num_heads,
-        intermediate_size,
-        hidden_act="gelu",
-        hidden_dropout=0.1,
-        attention_dropout=0.1,
-        layer_norm_type="post",
-        residual_attention=True,
-        use_running_mean=False,
-        head_scale_position="before_projection",
-        use_residual_scale=False,
-        initializer_range=0.02,
-        layer_norm_epsilon=1e-12,
-        kernel_initializer=None,
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
-        **kwargs,
-    ):
+    def __init__(self, num_layers, num_heads, intermediate_size, **kwargs):
+        # `kwargs`: the blocks' BLOCK_OPTIONS and weights.NAMES options, then Layer's own.
+        options, weight_options = pop_block_options(kwargs)
         super().__init__(**kwargs)
-        check_layer_norm_type(layer_norm_type)
         self.supports_masking = True
         self.num_layers = int(num_layers)
-        weight_options = WeightOptions(
-            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
-            initializer_range=initializer_range,
-        )
-        self.block_config = dict(
-            num_heads=num_heads,
-            intermediate_size=intermediate_size,
-            hidden_act=hidden_act,
-            hidden_dropout=hidden_dropout,
-            attention_dropout=attention_dropout,
-            layer_norm_type=layer_norm_type,
-            residual_attention=residual_attention,
-            use_running_mean=use_running_mean,
-            head_scale_position=head_scale_position,
-            use_residual_scale=use_residual_scale,
-            initializer_range=initializer_range,
-            layer_norm_epsilon=layer_norm_epsilon,
-            **weight_options.get_config(),
-        )
+        self.block_config = dict(num_heads=num_heads, intermediate_size=intermediate_size, **options,
+                                 **weight_options.get_config())
         self.blocks = [
             TransformerEncoderBlock(
                 layer_index=i, name=f"layer_{i}", dtype=self.dtype_policy, **self.block_config
@@ -116,9 +75,9 @@ class TransformerEncoder(keras.layers.Layer):
             for i in range(self.num_layers)
         ]
         self.final_layer_norm = None
-        if layer_norm_type != "post":
+        if options["layer_norm_type"] != "post":
             self.final_layer_norm = LayerNorm(
-                epsilon=layer_norm_epsilon, name="final_layer_norm", dtype=self.dtype_policy
+                epsilon=options["layer_norm_epsilon"], name="final_layer_norm", dtype=self.dtype_policy
             )
 
     def build(self, input_shape):

@@ -26,68 +26,83 @@ from realformer_tf.layers.weights import WeightOptions
 LAYER_NORM_TYPES = ("post", "pre", "normformer")
 
 
-def check_layer_norm_type(layer_norm_type):
-    if layer_norm_type not in LAYER_NORM_TYPES:
-        raise ValueError(
-            f"layer_norm_type={layer_norm_type!r}; use one of {', '.join(LAYER_NORM_TYPES)}"
-        )
+# Every option of a transformer block besides num_heads, intermediate_size and its
+# layer_index, with its default: the one list the blocks (TransformerEncoderBlock,
+# TransformerDecoderBlock, ETC's GlobalLocalBlock and EtcFeedForward), the stacks that
+# hand them to every block (TransformerEncoder, GlobalLocalEncoder) and the configs'
+# `block_options` (realformer_tf.models.config) use.
+BLOCK_OPTIONS = dict(
+    hidden_act="gelu",
+    hidden_dropout=0.1,
+    attention_dropout=0.1,
+    layer_norm_type="post",
+    residual_attention=True,
+    use_running_mean=False,
+    head_scale_position="before_projection",
+    use_residual_scale=False,
+    initializer_range=0.02,
+    layer_norm_epsilon=1e-12,
+)
+BLOCK_OPTION_NAMES = ("num_heads", "intermediate_size") + tuple(BLOCK_OPTIONS)
+
+
+def pop_block_options(kwargs):
+    """`(options, weight_options)` taken out of a layer's `kwargs`: the `BLOCK_OPTIONS`
+    (defaults filled in, checked by `check_norm_options`) and the `WeightOptions`
+    (weights.NAMES); what is left is for `keras.layers.Layer`."""
+    options = {name: kwargs.pop(name, default) for name, default in BLOCK_OPTIONS.items()}
+    check_norm_options(options)
+    return options, WeightOptions.pop_from(kwargs, options["initializer_range"])
+
+
+def check_choice(name, value, choices, error=ValueError):
+    """Raises `error` unless `value` is one of the strings `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        raise error(f"{name}={value!r} is not one of {', '.join(choices)}")
+
+
+def check_norm_options(options, error=ValueError, names=None):
+    """The one check of the LayerNorm arrangement options in `options` (keys as in
+    `BLOCK_OPTIONS`: layer_norm_type, head_scale_position, use_residual_scale).
+
+    Layers raise ValueError naming their keywords; a config passes `error=ConfigError`
+    and `names`, its field name for each keyword, so the message names the field.
+
+    Example:
+    >>> check_norm_options(dict(layer_norm_type="pre"))
+    >>> check_norm_options(dict(layer_norm_type="sandwich"))
+    Traceback (most recent call last):
+    ValueError: layer_norm_type='sandwich' is not one of post, pre, normformer
+    """
+    name = (lambda key: (names or {}).get(key, key))
+    layer_norm_type = options.get("layer_norm_type", BLOCK_OPTIONS["layer_norm_type"])
+    check_choice(name("layer_norm_type"), layer_norm_type, LAYER_NORM_TYPES, error)
+    check_choice(name("head_scale_position"),
+                 options.get("head_scale_position", BLOCK_OPTIONS["head_scale_position"]),
+                 HEAD_SCALE_POSITIONS, error)
+    if options.get("use_residual_scale") and layer_norm_type != "normformer":
+        raise error(f"{name('use_residual_scale')} is a NormFormer option: it needs "
+                    f"{name('layer_norm_type')}='normformer'")
 
 
 class _BlockBase(keras.layers.Layer):
     """Options and sublayers shared by encoder and decoder blocks."""
 
-    def __init__(
-        self,
-        num_heads,
-        intermediate_size,
-        hidden_act="gelu",
-        hidden_dropout=0.1,
-        attention_dropout=0.1,
-        layer_norm_type="post",
-        residual_attention=True,
-        use_running_mean=False,
-        layer_index=0,
-        head_scale_position="before_projection",
-        use_residual_scale=False,
-        initializer_range=0.02,
-        layer_norm_epsilon=1e-12,
-        kernel_initializer=None,
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
-        **kwargs,
-    ):
+    def __init__(self, num_heads, intermediate_size, layer_index=0, **kwargs):
+        # `kwargs`: the BLOCK_OPTIONS, the weights.NAMES options, then Layer's own.
+        options, weight_options = pop_block_options(kwargs)
         super().__init__(**kwargs)
-        check_layer_norm_type(layer_norm_type)
-        if head_scale_position not in HEAD_SCALE_POSITIONS:
-            raise ValueError(
-                f"head_scale_position={head_scale_position!r}; use one of {HEAD_SCALE_POSITIONS}"
-            )
-        if use_residual_scale and layer_norm_type != "normformer":
-            raise ValueError("use_residual_scale is a NormFormer option; set layer_norm_type='normformer'")
         self.num_heads = int(num_heads)
         self.intermediate_size = int(intermediate_size)
-        self.hidden_act = hidden_act
-        self.activation = get_activation(hidden_act)
-        self.hidden_dropout = float(hidden_dropout)
-        self.attention_dropout = float(attention_dropout)
-        self.layer_norm_type = layer_norm_type
-        self.residual_attention = bool(residual_attention)
-        self.use_running_mean = bool(use_running_mean)
         self.layer_index = int(layer_index)
-        self.head_scale_position = head_scale_position
-        self.use_residual_scale = bool(use_residual_scale)
-        self.initializer_range = float(initializer_range)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.normformer = layer_norm_type == "normformer"
-        self.weight_options = WeightOptions(
-            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
-            initializer_range=self.initializer_range,
-        )
+        # Strings as given; numbers and switches in their default's type.
+        self.options = {name: value if isinstance(BLOCK_OPTIONS[name], str) else type(BLOCK_OPTIONS[name])(value)
+                        for name, value in options.items()}
+        for name, value in self.options.items():
+            setattr(self, name, value)
+        self.weight_options = weight_options
+        self.activation = get_activation(self.hidden_act)
+        self.normformer = self.layer_norm_type == "normformer"
 
     # -- sublayer factories -------------------------------------------------------------
     def _initializer(self):
@@ -188,20 +203,8 @@ class _BlockBase(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_heads=self.num_heads,
-            intermediate_size=self.intermediate_size,
-            hidden_act=self.hidden_act,
-            hidden_dropout=self.hidden_dropout,
-            attention_dropout=self.attention_dropout,
-            layer_norm_type=self.layer_norm_type,
-            residual_attention=self.residual_attention,
-            use_running_mean=self.use_running_mean,
-            layer_index=self.layer_index,
-            head_scale_position=self.head_scale_position,
-            use_residual_scale=self.use_residual_scale,
-            initializer_range=self.initializer_range,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            **self.weight_options.get_config(),
+            num_heads=self.num_heads, intermediate_size=self.intermediate_size,
+            layer_index=self.layer_index, **self.options, **self.weight_options.get_config(),
         )
         return config
 

@@ -35,6 +35,11 @@ class WeightOptions:
             for name in NAMES
         }
 
+    @classmethod
+    def pop_from(cls, kwargs, initializer_range=0.02):
+        """The options of `NAMES` taken out of a layer's `kwargs`."""
+        return cls(initializer_range, **{name: kwargs.pop(name) for name in NAMES if name in kwargs})
+
     def layer_kwargs(self):
         """Fresh objects for one sublayer's constructor."""
         return {name: _module(name).get(value) for name, value in self._config.items()}

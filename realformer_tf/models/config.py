@@ -1,5 +1,8 @@
-"""What every model config shares: `JsonConfig` (JSON files in and out, unknown-field
-errors with suggestions, size limits against hostile files) and the JSON reader."""
+"""What every model config shares: `JsonConfig` (JSON files in and out, `from_dict` with
+unknown-field errors and suggestions, required fields, size limits against hostile
+files), `EncoderConfig` (the encoder and RealFormer / NormFormer fields of BertConfig
+and EtcConfig, their one validation, and the block options they set) and the JSON
+reader."""
 
 import copy
 import dataclasses
@@ -10,6 +13,8 @@ from absl import logging
 
 from realformer_tf.errors import ConfigError
 from realformer_tf.fileio import atomic_output, gfile
+from realformer_tf.layers.activations import ACTIVATION_NAMES
+from realformer_tf.layers.transformer import check_choice, check_norm_options
 
 
 # Keys of the multilingual and Chinese Google BERT releases' bert_config.json. The
@@ -100,11 +105,27 @@ def check_field_names(values, known, ignored, source):
     return {key: value for key, value in values.items() if key not in ignored}
 
 
+# Transformer block option (realformer_tf.layers.transformer.BLOCK_OPTIONS, plus the
+# stacks' num_layers) -> the config field that sets it: the one place the JSON names
+# (unchanged, as bert_config.json files have them) meet the layers' keywords.
+# layer_norm_epsilon is no config field: the models pass BERT's 1e-12.
+BLOCK_OPTION_FIELDS = dict(
+    num_layers="num_hidden_layers", num_heads="num_attention_heads",
+    intermediate_size="intermediate_size", hidden_act="hidden_act",
+    hidden_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob",
+    layer_norm_type="layer_norm_type", residual_attention="residual_attention",
+    use_running_mean="use_running_mean", head_scale_position="normformer_head_scale_position",
+    use_residual_scale="normformer_residual_scale", initializer_range="initializer_range",
+)
+
+
 class JsonConfig:
-    """JSON file I/O for the dataclass configs (BertConfig, EtcConfig); subclasses
-    define `from_dict(values, source)` and `file_description`."""
+    """JSON file I/O for the dataclass configs (BertConfig, EtcConfig): `from_dict`,
+    `from_json_file`, `to_dict`, `to_json_file`. Subclasses set `file_description`,
+    `required_fields` and `ignored_fields`."""
 
     file_description = "config file"
+    required_fields = ()  # keys a file must have (the dataclass fields without default)
     ignored_fields = ()  # keys accepted and dropped (released configs' unused extras)
     # Not a field: False for a config read (from_dict / from_json_file) from a file that
     # omits residual_attention. Google BERT and RealFormer releases ship the same
@@ -112,6 +133,24 @@ class JsonConfig:
     # from the weights when weights are loaded. The Python constructor's default (true)
     # counts as stated.
     residual_attention_stated = True
+
+    @classmethod
+    def from_dict(cls, values, source="config"):
+        """The config of a JSON object `values`; every problem a ConfigError naming
+        `source` and the field (unknown fields with the closest known name)."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        values = check_field_names(values, known, cls.ignored_fields, source)
+        for name in cls.required_fields:
+            if name not in values:
+                raise ConfigError(f"{source}: the required field {name} is missing")
+        try:
+            config = cls(**values)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        config.residual_attention_stated = "residual_attention" in values
+        return config
 
     @classmethod
     def from_json_file(cls, path):
@@ -133,25 +172,96 @@ class JsonConfig:
         with atomic_output(path) as f:
             f.write(self.to_json_string())
 
+
+def _keyword(default):
+    return dataclasses.field(default=default, kw_only=True)
+
+
+@dataclasses.dataclass
+class EncoderConfig(JsonConfig):
+    """The fields BertConfig and EtcConfig share, their validation, and the transformer
+    block options they set.
+
+    The encoder sizes come first and positionally, in the original BertConfig's order;
+    the RealFormer / NormFormer switches are keyword-only (the original had none).
+    A subclass declares its own fields after these, names them in `positive_fields`,
+    `non_negative_fields`, `bool_fields`, `string_fields` for the common checks, and
+    adds its own in `_validate_own`.
+
+    Example:
+    >>> from realformer_tf.models.bert.config import BertConfig
+    >>> BertConfig(100, 64, 2, 4, 128, layer_norm_type="pre").block_options(1e-12)["head_scale_position"]
+    'before_projection'
+    """
+
+    required_fields = ("vocab_size",)
+    positive_fields = ()
+    non_negative_fields = ()
+    bool_fields = ()
+    string_fields = ()
+
+    vocab_size: int
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    # RealFormer
+    residual_attention: bool = _keyword(True)
+    use_running_mean: bool = _keyword(False)
+    # Normalization: "post" (BERT), "pre", "normformer" (Pre-LN + NormFormer's three ops)
+    layer_norm_type: str = _keyword("post")
+    normformer_head_scale_position: str = _keyword("before_projection")
+    normformer_residual_scale: bool = _keyword(False)
+
+    def __post_init__(self):
+        self._validate()
+
     @property
     def head_size(self):
         return self.hidden_size // self.num_attention_heads
 
     def block_options(self, layer_norm_epsilon):
         """Keyword arguments of the encoder stacks (TransformerEncoder and ETC's
-        GlobalLocalEncoder) that both configs spell the same way."""
-        return dict(
-            num_layers=self.num_hidden_layers,
-            num_heads=self.num_attention_heads,
-            intermediate_size=self.intermediate_size,
-            hidden_act=self.hidden_act,
-            hidden_dropout=self.hidden_dropout_prob,
-            attention_dropout=self.attention_probs_dropout_prob,
-            layer_norm_type=self.layer_norm_type,
-            residual_attention=self.residual_attention,
-            use_running_mean=self.use_running_mean,
-            head_scale_position=self.normformer_head_scale_position,
-            use_residual_scale=self.normformer_residual_scale,
-            initializer_range=self.initializer_range,
-            layer_norm_epsilon=layer_norm_epsilon,
-        )
+        GlobalLocalEncoder) from this config's fields (`BLOCK_OPTION_FIELDS`)."""
+        options = {option: getattr(self, field) for option, field in BLOCK_OPTION_FIELDS.items()}
+        return dict(options, layer_norm_epsilon=layer_norm_epsilon)
+
+    def _validate(self):
+        """Raises ConfigError naming the first bad field."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size") + self.positive_fields:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in self.non_negative_fields:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        check_size_limits(self)
+        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position") + self.string_fields:
+            if not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        value = self.initializer_range
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ConfigError(f"initializer_range must be positive, got {value!r}")
+        for name in ("residual_attention", "use_running_mean", "normformer_residual_scale") + self.bool_fields:
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
+                f"({self.num_attention_heads})")
+        check_choice("hidden_act", self.hidden_act, ACTIVATION_NAMES, ConfigError)
+        options = {option: getattr(self, field) for option, field in BLOCK_OPTION_FIELDS.items()}
+        check_norm_options(options, ConfigError, names=BLOCK_OPTION_FIELDS)
+        self._validate_own()
+
+    def _validate_own(self):
+        """A subclass's checks of its own fields, after the common ones."""

@@ -11,8 +11,15 @@ import keras
 
 from realformer_tf.layers.etc.attention import GlobalLocalAttention
 from realformer_tf.layers.etc.relative import validate_etc_options
-from realformer_tf.layers.transformer import _BlockBase, check_layer_norm_type
-from realformer_tf.layers.weights import WeightOptions
+from realformer_tf.layers.transformer import _BlockBase, pop_block_options
+
+# The options of a GlobalLocalBlock beyond the transformer block's (BLOCK_OPTIONS), with
+# ETC's defaults; GlobalLocalEncoder hands them to every block.
+ETC_BLOCK_OPTIONS = dict(
+    local_radius=84, relative_pos_max_distance=12, relative_vocab_size=32,
+    share_feed_forward_params=True, share_kv_projections=False, share_qkv_projections=True,
+    share_att_output_projection=False, relative_initializer_range=0.5,
+)
 
 SIDE_INPUT_NAMES = (
     "l2l_att_mask", "g2g_att_mask", "l2g_att_mask", "g2l_att_mask",
@@ -129,23 +136,22 @@ class GlobalLocalBlock(_BlockBase):
     ((2, 10, 16), (2, 2, 3, 4, 15), (2, 2, 3, 13))
     """
 
-    def __init__(self, num_heads, intermediate_size, local_radius=84, relative_pos_max_distance=12,
-                 relative_vocab_size=32, share_feed_forward_params=True, share_kv_projections=False,
-                 share_qkv_projections=True, share_att_output_projection=False,
-                 relative_initializer_range=0.5, **kwargs):
+    def __init__(self, num_heads, intermediate_size, **kwargs):
+        # `kwargs`: ETC_BLOCK_OPTIONS, then _BlockBase's (BLOCK_OPTIONS, weights, Layer's).
+        o = {name: kwargs.pop(name, default) for name, default in ETC_BLOCK_OPTIONS.items()}
         super().__init__(num_heads, intermediate_size, **kwargs)
         self.etc_options = dict(
-            local_radius=int(local_radius),
-            relative_pos_max_distance=int(relative_pos_max_distance),
-            relative_vocab_size=None if relative_vocab_size is None else int(relative_vocab_size),
-            share_feed_forward_params=bool(share_feed_forward_params),
-            share_kv_projections=bool(share_kv_projections),
-            share_qkv_projections=bool(share_qkv_projections),
-            share_att_output_projection=bool(share_att_output_projection),
-            relative_initializer_range=float(relative_initializer_range),
+            local_radius=int(o["local_radius"]),
+            relative_pos_max_distance=int(o["relative_pos_max_distance"]),
+            relative_vocab_size=None if o["relative_vocab_size"] is None else int(o["relative_vocab_size"]),
+            share_feed_forward_params=bool(o["share_feed_forward_params"]),
+            share_kv_projections=bool(o["share_kv_projections"]),
+            share_qkv_projections=bool(o["share_qkv_projections"]),
+            share_att_output_projection=bool(o["share_att_output_projection"]),
+            relative_initializer_range=float(o["relative_initializer_range"]),
         )
         # Fail at construction, not at the first call.
-        validate_etc_options(local_radius, relative_pos_max_distance, relative_vocab_size)
+        validate_etc_options(o["local_radius"], o["relative_pos_max_distance"], o["relative_vocab_size"])
 
     def _attention_kwargs(self, hidden_size):
         o = self.etc_options
@@ -170,11 +176,7 @@ class GlobalLocalBlock(_BlockBase):
 
     def _ffn(self, name):
         return EtcFeedForward(
-            num_heads=self.num_heads, intermediate_size=self.intermediate_size,
-            hidden_act=self.hidden_act, hidden_dropout=self.hidden_dropout,
-            attention_dropout=self.attention_dropout, layer_norm_type=self.layer_norm_type,
-            residual_attention=self.residual_attention, use_residual_scale=self.use_residual_scale,
-            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon,
+            num_heads=self.num_heads, intermediate_size=self.intermediate_size, **self.options,
             name=name, dtype=self.dtype_policy, **self.weight_options.get_config(),
         )
 
@@ -286,50 +288,24 @@ class GlobalLocalEncoder(keras.layers.Layer):
     ((2, 10, 16), 2)
     """
 
-    def __init__(self, num_layers, num_heads, intermediate_size, hidden_act="gelu",
-                 hidden_dropout=0.1, attention_dropout=0.1, layer_norm_type="post",
-                 residual_attention=True, use_running_mean=False,
-                 head_scale_position="before_projection", use_residual_scale=False,
-                 initializer_range=0.02, layer_norm_epsilon=1e-12, local_radius=84,
-                 relative_pos_max_distance=12, relative_vocab_size=32,
-                 share_feed_forward_params=True, share_kv_projections=False,
-                 share_qkv_projections=True, share_att_output_projection=False,
-                 relative_initializer_range=0.5, kernel_initializer=None,
-                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, **kwargs):
+    def __init__(self, num_layers, num_heads, intermediate_size, **kwargs):
+        # `kwargs`: the blocks' BLOCK_OPTIONS, ETC_BLOCK_OPTIONS and weights.NAMES
+        # options, then Layer's own.
+        etc_options = {name: kwargs.pop(name, default) for name, default in ETC_BLOCK_OPTIONS.items()}
+        options, weight_options = pop_block_options(kwargs)
         super().__init__(**kwargs)
-        check_layer_norm_type(layer_norm_type)
         self.num_layers = int(num_layers)
-        weight_options = WeightOptions(
-            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
-            initializer_range=initializer_range,
-        )
-        self.block_config = dict(
-            num_heads=num_heads, intermediate_size=intermediate_size, hidden_act=hidden_act,
-            hidden_dropout=hidden_dropout, attention_dropout=attention_dropout,
-            layer_norm_type=layer_norm_type, residual_attention=residual_attention,
-            use_running_mean=use_running_mean, head_scale_position=head_scale_position,
-            use_residual_scale=use_residual_scale, initializer_range=initializer_range,
-            layer_norm_epsilon=layer_norm_epsilon, local_radius=local_radius,
-            relative_pos_max_distance=relative_pos_max_distance,
-            relative_vocab_size=relative_vocab_size,
-            share_feed_forward_params=share_feed_forward_params,
-            share_kv_projections=share_kv_projections, share_qkv_projections=share_qkv_projections,
-            share_att_output_projection=share_att_output_projection,
-            relative_initializer_range=relative_initializer_range,
-            **weight_options.get_config(),
-        )
+        self.block_config = dict(num_heads=num_heads, intermediate_size=intermediate_size, **options,
+                                 **etc_options, **weight_options.get_config())
         self.blocks = [
             GlobalLocalBlock(layer_index=i, name=f"layer_{i}", dtype=self.dtype_policy, **self.block_config)
             for i in range(self.num_layers)
         ]
         self.long_final_layer_norm = self.global_final_layer_norm = None
-        if layer_norm_type != "post":
+        if options["layer_norm_type"] != "post":
             for side in ("long", "global"):
                 setattr(self, f"{side}_final_layer_norm", keras.layers.LayerNormalization(
-                    epsilon=layer_norm_epsilon, name=f"{side}_final_layer_norm", dtype=self.dtype_policy))
+                    epsilon=options["layer_norm_epsilon"], name=f"{side}_final_layer_norm", dtype=self.dtype_policy))
 
     def build(self, long_input_shape, global_input_shape=None):
         global_input_shape = long_input_shape if global_input_shape is None else global_input_shape

@@ -11,16 +11,13 @@ from absl import logging
 
 from realformer_tf.errors import ConfigError, VariantExportError
 from realformer_tf.fileio import gfile
-from realformer_tf.layers.activations import ACTIVATION_NAMES
-from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
-from realformer_tf.layers.transformer import LAYER_NORM_TYPES
-from realformer_tf.models.config import IGNORED_RELEASE_FIELDS, JsonConfig, check_field_names, check_size_limits, read_json_file
+from realformer_tf.models.config import IGNORED_RELEASE_FIELDS, EncoderConfig, read_json_file
 
 @dataclasses.dataclass
-class BertConfig(JsonConfig):
+class BertConfig(EncoderConfig):
     """Configuration of a BERT / RealFormer / NormFormer encoder.
 
-    The first eleven fields are the original BERT ones, with its defaults. Google BERT
+    The eleven positional arguments are the original BERT fields, with its defaults. Google BERT
     and RealFormer releases both ship just those eleven: a file without
     `residual_attention` leaves it unstated (`residual_attention_stated` False; the
     value meanwhile is the default, true), and loading weights then decides it from them
@@ -30,28 +27,13 @@ class BertConfig(JsonConfig):
 
     file_description = "bert_config_file"
     ignored_fields = IGNORED_RELEASE_FIELDS
+    positive_fields = ("max_position_embeddings", "type_vocab_size")
 
-    vocab_size: int
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
+    # vocab_size ... attention_probs_dropout_prob and the RealFormer / NormFormer
+    # switches: EncoderConfig's.
     max_position_embeddings: int = 512
     type_vocab_size: int = 16
     initializer_range: float = 0.02
-    # RealFormer
-    residual_attention: bool = True
-    use_running_mean: bool = False
-    # Normalization: "post" (BERT), "pre", "normformer" (Pre-LN + NormFormer's three ops)
-    layer_norm_type: str = "post"
-    normformer_head_scale_position: str = "before_projection"
-    normformer_residual_scale: bool = False
-
-    def __post_init__(self):
-        self._validate()
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -68,21 +50,6 @@ class BertConfig(JsonConfig):
             logging.info("%s: Hugging Face config read as %s", path, config.describe())
             return config
         return cls.from_dict(values, source=str(path))
-
-    @classmethod
-    def from_dict(cls, values, source="config"):
-        if not isinstance(values, dict):
-            raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
-        known = [f.name for f in dataclasses.fields(cls)]
-        values = check_field_names(values, known, cls.ignored_fields, source)
-        if "vocab_size" not in values:
-            raise ConfigError(f"{source}: the required field vocab_size is missing")
-        try:
-            config = cls(**values)
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
-        config.residual_attention_stated = "residual_attention" in values
-        return config
 
     def describe(self):
         """One line that names the variant, e.g. for the first lines of every script."""
@@ -102,52 +69,6 @@ class BertConfig(JsonConfig):
             f"/{self.intermediate_size}"
         )
         return f"{name}: {', '.join(parts)} [{size}, vocab {self.vocab_size}]"
-
-    # -- validation ---------------------------------------------------------------------
-    def _validate(self):
-        for name in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "max_position_embeddings", "type_vocab_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        check_size_limits(self)
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if (isinstance(self.initializer_range, bool) or not isinstance(self.initializer_range, (int, float))
-                or not 0 < self.initializer_range < float("inf")):
-            raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
-        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        for name in ("residual_attention", "use_running_mean", "normformer_residual_scale"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
-                f"({self.num_attention_heads})"
-            )
-        if self.hidden_act not in ACTIVATION_NAMES:
-            raise ConfigError(
-                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATION_NAMES)}"
-            )
-        if self.layer_norm_type not in LAYER_NORM_TYPES:
-            raise ConfigError(
-                f"layer_norm_type {self.layer_norm_type!r} is not one of {', '.join(LAYER_NORM_TYPES)}"
-            )
-        if self.normformer_head_scale_position not in HEAD_SCALE_POSITIONS:
-            raise ConfigError(
-                f"normformer_head_scale_position {self.normformer_head_scale_position!r} is not "
-                f"one of {', '.join(HEAD_SCALE_POSITIONS)}"
-            )
-        if self.normformer_residual_scale and self.layer_norm_type != "normformer":
-            raise ConfigError(
-                'normformer_residual_scale needs "layer_norm_type": "normformer"'
-            )
 
 
 # -- the Hugging Face config.json dialect ---------------------------------------------

@@ -6,12 +6,9 @@ import dataclasses
 from absl import logging
 
 from realformer_tf.errors import ConfigError
-from realformer_tf.layers.activations import ACTIVATION_NAMES
-from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS
 from realformer_tf.layers.etc import relative_vocab_size_needed
-from realformer_tf.layers.transformer import LAYER_NORM_TYPES
-from realformer_tf.models.bert.config import BertConfig
-from realformer_tf.models.config import JsonConfig, check_size_limits
+from realformer_tf.layers.transformer import check_choice
+from realformer_tf.models.config import EncoderConfig
 
 LAYOUTS = ("official", "realformer_tf")
 # Keys the official EtcConfig.to_json_string() always writes and our files before the
@@ -19,8 +16,8 @@ LAYOUTS = ("official", "realformer_tf")
 _OFFICIAL_ONLY_FIELDS = ("embedding_size", "att_size_per_head", "grad_checkpointing_period")
 
 
-@dataclasses.dataclass
-class EtcConfig(JsonConfig):
+@dataclasses.dataclass(kw_only=True)
+class EtcConfig(EncoderConfig):
     """ETC's config fields (google-research etcmodel EtcConfig names and defaults) plus
     the RealFormer / NormFormer switches of `BertConfig` and the model `layout`.
 
@@ -48,20 +45,25 @@ class EtcConfig(JsonConfig):
     A config file without `layout` is official when it has any of embedding_size,
     att_size_per_head, grad_checkpointing_period (the official writer always emits
     them), else "realformer_tf" (our files before the field existed).
+
+    Positional arguments: vocab_size, hidden_size, num_hidden_layers,
+    num_attention_heads, intermediate_size, hidden_act, hidden_dropout_prob,
+    attention_probs_dropout_prob (as BertConfig's); every other field is keyword-only.
     """
 
     file_description = "ETC config file"
+    positive_fields = ("segment_vocab_size", "local_radius")
+    non_negative_fields = ("relative_pos_max_distance", "relative_vocab_size",
+                           "max_absolute_position_embeddings")
+    bool_fields = ("share_feed_forward_params", "share_kv_projections", "share_qkv_projections",
+                   "share_att_output_projection", "use_pre_activation_order", "use_hard_g2l_mask",
+                   "use_hard_l2g_mask")
+    string_fields = ("layout",)
 
-    vocab_size: int
+    # vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+    # hidden_act, the dropouts and the RealFormer / NormFormer switches: EncoderConfig's.
     segment_vocab_size: int = 16
     embedding_size: int = None
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
     initializer_range: float = 0.02
     local_radius: int = 84
     att_size_per_head: int = None
@@ -77,25 +79,18 @@ class EtcConfig(JsonConfig):
     use_hard_l2g_mask: bool = False
     grad_checkpointing_period: int = 0
     layout: str = "realformer_tf"
-    # RealFormer
-    residual_attention: bool = True
-    use_running_mean: bool = False
-    # Normalization: "post" (ETC's default), "pre", "normformer"; None = from
-    # use_pre_activation_order.
+    # "post" (ETC's default), "pre", "normformer"; None = from use_pre_activation_order.
     layer_norm_type: str = None
-    normformer_head_scale_position: str = "before_projection"
-    normformer_residual_scale: bool = False
 
     def __post_init__(self):
         if self.layer_norm_type is None:
             self.layer_norm_type = "pre" if self.use_pre_activation_order is True else "post"
-        self._validate()
-        self._validate_official_fields()
+        super().__post_init__()
 
     @classmethod
     def from_dict(cls, values, source="config"):
-        """Like BertConfig.from_dict (unknown fields: an error naming them), choosing the
-        layout of a file without one (see the class docstring)."""
+        """`JsonConfig.from_dict`, choosing the layout of a file without one (see the
+        class docstring)."""
         if isinstance(values, dict) and "layout" not in values:
             official = any(key in values for key in _OFFICIAL_ONLY_FIELDS)
             values = dict(values, layout="official" if official else "realformer_tf")
@@ -105,7 +100,7 @@ class EtcConfig(JsonConfig):
             values = dict(values, residual_attention=False)
             logging.info("%s: official ETC layout without residual_attention: plain ETC (residual "
                          "attention off); state it in the file to choose", source)
-        return BertConfig.from_dict.__func__(cls, values, source)
+        return super().from_dict(values, source)
 
     @property
     def official(self):
@@ -115,9 +110,22 @@ class EtcConfig(JsonConfig):
     def factorized_embedding(self):
         return self.embedding_size is not None and self.embedding_size != self.hidden_size
 
-    def _validate_official_fields(self):
-        if self.layout not in LAYOUTS:
-            raise ConfigError(f"layout {self.layout!r} is not one of {', '.join(LAYOUTS)}")
+    def _validate_own(self):
+        if self.relative_pos_max_distance > 0:
+            needed = relative_vocab_size_needed(self.relative_pos_max_distance)
+            if self.relative_vocab_size < needed:
+                raise ConfigError(
+                    f"relative_vocab_size ({self.relative_vocab_size}) must be at least "
+                    f"2*relative_pos_max_distance+4 = {needed}: {2 * self.relative_pos_max_distance + 1} "
+                    f"clipped relative positions (relative_pos_max_distance="
+                    f"{self.relative_pos_max_distance}) + 3 extra ids (l2g/g2l other sentence, "
+                    "same sentence, padding); raise relative_vocab_size or lower "
+                    "relative_pos_max_distance")
+        if self.use_pre_activation_order and self.layer_norm_type == "post":
+            raise ConfigError(
+                'use_pre_activation_order (ETC\'s Pre-LN) contradicts "layer_norm_type": "post"; '
+                'drop one of them or use "pre" / "normformer"')
+        check_choice("layout", self.layout, LAYOUTS, ConfigError)
         for name, low in (("embedding_size", 1), ("att_size_per_head", 1), ("grad_checkpointing_period", 0)):
             value = getattr(self, name)
             if value is None and name != "grad_checkpointing_period":
@@ -152,62 +160,3 @@ class EtcConfig(JsonConfig):
         size = (f"{self.num_hidden_layers}L/{self.num_attention_heads}H/{self.hidden_size}"
                 f"/{self.intermediate_size}")
         return f"{name}: {', '.join(parts)} [{size}, vocab {self.vocab_size}]"
-
-    def _validate(self):
-        for name in ("vocab_size", "segment_vocab_size", "hidden_size", "num_hidden_layers",
-                     "num_attention_heads", "intermediate_size", "local_radius"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("relative_pos_max_distance", "relative_vocab_size",
-                     "max_absolute_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
-        check_size_limits(self)
-        for name in ("hidden_act", "layer_norm_type", "normformer_head_scale_position", "layout"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a string, got {getattr(self, name)!r}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        if isinstance(self.initializer_range, bool) or not isinstance(
-                self.initializer_range, (int, float)) or not 0 < self.initializer_range < float("inf"):
-            raise ConfigError(f"initializer_range must be positive, got {self.initializer_range!r}")
-        for name in ("share_feed_forward_params", "share_kv_projections", "share_qkv_projections",
-                     "share_att_output_projection", "use_pre_activation_order", "use_hard_g2l_mask",
-                     "use_hard_l2g_mask", "residual_attention", "use_running_mean",
-                     "normformer_residual_scale"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
-                f"({self.num_attention_heads})")
-        if self.hidden_act not in ACTIVATION_NAMES:
-            raise ConfigError(
-                f"hidden_act {self.hidden_act!r} is not supported; use one of {', '.join(ACTIVATION_NAMES)}")
-        if self.relative_pos_max_distance > 0:
-            needed = relative_vocab_size_needed(self.relative_pos_max_distance)
-            if self.relative_vocab_size < needed:
-                raise ConfigError(
-                    f"relative_vocab_size ({self.relative_vocab_size}) must be at least "
-                    f"2*relative_pos_max_distance+4 = {needed}: {2 * self.relative_pos_max_distance + 1} "
-                    f"clipped relative positions (relative_pos_max_distance="
-                    f"{self.relative_pos_max_distance}) + 3 extra ids (l2g/g2l other sentence, "
-                    "same sentence, padding); raise relative_vocab_size or lower "
-                    "relative_pos_max_distance")
-        if self.layer_norm_type not in LAYER_NORM_TYPES:
-            raise ConfigError(
-                f"layer_norm_type {self.layer_norm_type!r} is not one of {', '.join(LAYER_NORM_TYPES)}")
-        if self.use_pre_activation_order and self.layer_norm_type == "post":
-            raise ConfigError(
-                'use_pre_activation_order (ETC\'s Pre-LN) contradicts "layer_norm_type": "post"; '
-                'drop one of them or use "pre" / "normformer"')
-        if self.normformer_head_scale_position not in HEAD_SCALE_POSITIONS:
-            raise ConfigError(
-                f"normformer_head_scale_position {self.normformer_head_scale_position!r} is not one "
-                f"of {', '.join(HEAD_SCALE_POSITIONS)}")
-        if self.normformer_residual_scale and self.layer_norm_type != "normformer":
-            raise ConfigError('normformer_residual_scale needs "layer_norm_type": "normformer"')
