@@ -158,7 +158,7 @@ def patched(obj, name, value):
 def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_LENGTH, input_options=None,
                reuse=False):
     """export_model into `path`/1 with a lever applied (None: the export as shipped)."""
-    from realformer_tf.serving import export
+    from realformer_tf.serving import export, signatures
 
     if reuse and os.path.isdir(os.path.join(path, "1")):
         return os.path.join(path, "1")
@@ -173,7 +173,7 @@ def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_L
             # to max_seq_length: XLA compiles once per input shape, and padding to the
             # batch's longest row would make every new length a compilation (seconds).
             kwargs["pad_to_max_seq_length"] = True
-            original = export.ServingFunctions._model_outputs
+            original = signatures.ServingFunctions._model_outputs
 
             def compiled(self, features):
                 if not hasattr(self, "_xla_model"):
@@ -181,11 +181,11 @@ def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_L
                         lambda f: original(self, f), jit_compile=True, autograph=False)
                 return self._xla_model({k: features[k] for k in ("input_ids", "input_mask", "segment_ids")})
 
-            stack.enter_context(patched(export.ServingFunctions, "_model_outputs", compiled))
+            stack.enter_context(patched(signatures.ServingFunctions, "_model_outputs", compiled))
         elif lever == "etc_max":
             # ETC as it was: every row padded to max_seq_length (no length buckets).
-            if hasattr(export, "ETC_LENGTH_BUCKETS"):
-                stack.enter_context(patched(export, "ETC_LENGTH_BUCKETS", ()))
+            if hasattr(signatures, "ETC_LENGTH_BUCKETS"):
+                stack.enter_context(patched(signatures, "ETC_LENGTH_BUCKETS", ()))
         return export.export_model(model, path, **kwargs)
 
 

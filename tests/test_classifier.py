@@ -128,7 +128,7 @@ def test_tokenizer_matches_the_in_graph_serving_tokenizer(tmp_path, lower_case):
     independent implementations of the same algorithm, agree on tricky strings."""
     from official.nlp.tools import tokenization
 
-    from realformer_tf.serving.export import BertTextEncoder
+    from realformer_tf.serving.text_encoder import BertTextEncoder
 
     words = ["hello", "world", "creme", "brulee", "naive", "cafe", "resume", "tab", "and", "newline",
              "nbsp", "control", "chars", "hyphen", "ated", "parens", "brackets", "braces", "quotes",

@@ -20,7 +20,7 @@ from official.nlp.tools import tokenization
 from helpers_data import flags, run_script
 from realformer_tf import modeling
 from realformer_tf.checkpoints import bert as bert_checkpoint
-from realformer_tf.serving import export
+from realformer_tf.serving import export, signatures, text_encoder
 from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
 from realformer_tf.data import squad as squad_data
 from realformer_tf.data.records import InputError
@@ -85,7 +85,7 @@ def _features(pairs, tokenizer, max_seq_length=MAX_SEQ_LENGTH):
 
 
 def _encoder(vocab_file, lower=True, max_seq_length=MAX_SEQ_LENGTH, **kwargs):
-    return export.BertTextEncoder(vocab_file, lower, max_seq_length, **kwargs)
+    return text_encoder.BertTextEncoder(vocab_file, lower, max_seq_length, **kwargs)
 
 
 def _strings(pairs, i):
@@ -95,7 +95,7 @@ def _strings(pairs, i):
 # -- fast: the in-graph text pipeline --------------------------------------------------------
 def test_longest_first_truncation_matches_truncate_seq_pair():
     la, lb, m = (x.ravel() for x in np.meshgrid(np.arange(10), np.arange(10), np.arange(12), indexing="ij"))
-    keep_a, keep_b = (x.numpy() for x in export.longest_first_lengths(la, lb, m))
+    keep_a, keep_b = (x.numpy() for x in text_encoder.longest_first_lengths(la, lb, m))
     for i in range(len(la)):
         a, b = list(range(la[i])), list(range(lb[i]))
         cdl._truncate_seq_pair(a, b, m[i])
@@ -256,7 +256,7 @@ def test_serving_functions_regression_and_limits(vocab_file):
     model = modeling.BertClassifierModel(config, num_labels=1)
     bert_checkpoint.bert_variables(model)
     _randomize(model, 3)
-    serving = export.ServingFunctions(model, "classifier", _encoder(vocab_file), is_regression=True)
+    serving = signatures.ServingFunctions(model, "classifier", _encoder(vocab_file), is_regression=True)
     pairs = PAIRS[:4]
     out = serving.serve_text(_strings(pairs, 0), _strings(pairs, 1))
     assert sorted(out) == ["logits", "score"]

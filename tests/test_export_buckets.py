@@ -1,4 +1,4 @@
-"""ETC serving runs a batch at the smallest length bucket it fits (export.ETC_LENGTH_BUCKETS)
+"""ETC serving runs a batch at the smallest length bucket it fits (signatures.ETC_LENGTH_BUCKETS)
 instead of always at max_seq_length: the outputs must be those of the model on the rows
 padded to max_seq_length (padding is masked), for batches in each bucket."""
 
@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from realformer_tf import etc_modeling
 from realformer_tf.checkpoints import etc_official
-from realformer_tf.serving import export
+from realformer_tf.serving import signatures, text_encoder
 from realformer_tf.families import get_family
 from realformer_tf.jobs.runner import RunOptions
 
@@ -29,9 +29,9 @@ def served(tmp_path_factory):
         base = 1.0 if name.endswith("gamma") else 0.0
         var.assign(base + rng.normal(0, 0.3, var.shape).astype(np.float32))
     options = RunOptions(etc_tokens_per_global=4, max_seq_length=MAX_SEQ_LENGTH)
-    encoder = export.BertTextEncoder(str(vocab), True, MAX_SEQ_LENGTH)
+    encoder = text_encoder.BertTextEncoder(str(vocab), True, MAX_SEQ_LENGTH)
     family = get_family("etc")
-    serving = export.ServingFunctions(model, "classifier", encoder, ["a", "b", "c"], family=family,
+    serving = signatures.ServingFunctions(model, "classifier", encoder, ["a", "b", "c"], family=family,
                                       input_options=options)
     assert serving.length_buckets() == [128, MAX_SEQ_LENGTH]
     return serving, model, family, options

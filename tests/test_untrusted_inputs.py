@@ -30,7 +30,7 @@ from realformer_tf.checkpoints import etc_official
 from realformer_tf.checkpoints import names as checkpoint_names
 from realformer_tf import etc_modeling, modeling
 from realformer_tf.jobs import convert
-from realformer_tf.serving import export
+from realformer_tf.serving import signatures, text_encoder
 from realformer_tf.checkpoints import hf as hf_checkpoint
 from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
 from realformer_tf.errors import ConfigError
@@ -393,8 +393,8 @@ def _serving(vocab_file, family="bert", task="classifier"):
         options = RunOptions(etc_tokens_per_global=4, max_seq_length=MAX_SEQ)
     checkpoint_names.named_variables(model)  # builds
     fam = get_family(family)
-    encoder = export.BertTextEncoder(vocab_file, True, MAX_SEQ, pad_to_max_seq_length=fam.static_length)
-    return export.ServingFunctions(model, task, encoder, ["0", "1"], family=fam, input_options=options)
+    encoder = text_encoder.BertTextEncoder(vocab_file, True, MAX_SEQ, pad_to_max_seq_length=fam.static_length)
+    return signatures.ServingFunctions(model, task, encoder, ["0", "1"], family=fam, input_options=options)
 
 
 @pytest.mark.parametrize("family", ["bert", "etc"])
