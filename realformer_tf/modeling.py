@@ -4,15 +4,20 @@
 
     config = modeling.BertConfig.from_json_file("bert_config.json")
     model = modeling.BertModel(config)
+    modeling.load_bert_checkpoint(model, "bert_model.ckpt")  # or a Hugging Face folder
     out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg})
 
 The classes live in `realformer_tf.models.bert`; the original module functions are in
 `realformer_tf.models.bert.original_api` (those that name no variable) and
 `realformer_tf.checkpoints.original_names` (`transformer_model`,
 `get_assignment_map_from_checkpoint`, ...), described in docs/original_api.md;
-checkpoint I/O is `realformer_tf.checkpoints.bert` / `.hf`. This module only re-exports.
+checkpoint I/O (`load_bert_checkpoint(model, path)`, `save_bert_checkpoint(model, prefix)`,
+`save_hf_folder(model, folder)`) is `realformer_tf.checkpoints.bert` / `.hf`. This
+module only re-exports.
 """
 
+from realformer_tf.checkpoints.bert import bert_variables, load_bert_checkpoint, save_bert_checkpoint  # noqa: F401
+from realformer_tf.checkpoints.hf import save_hf_folder  # noqa: F401
 from realformer_tf.errors import CheckpointError, ConfigError  # noqa: F401
 from realformer_tf.models.bert.config import BertConfig  # noqa: F401
 from realformer_tf.models.bert.model import (  # noqa: F401
