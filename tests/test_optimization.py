@@ -59,8 +59,8 @@ def make_problem(seed=0):
 
 def run_optimizer(make_optimizer, weights, grads_per_step, strategy=None, jit_compile=False, scale=None,
                   op_types=None):
-    """The weights after one `apply_gradients` per step (inside `scaling_gradients(scale)`
-    if given); `op_types`, a set, collects the op types of the traced step."""
+    """The weights after one `apply_gradients` per step (with `gradient_scale=scale` if
+    given); `op_types`, a set, collects the op types of the traced step."""
     import keras
 
     strategy = strategy or tf.distribute.get_strategy()
@@ -74,8 +74,7 @@ def run_optimizer(make_optimizer, weights, grads_per_step, strategy=None, jit_co
         pairs = [(tf.identity(grads[k]), variables[k]) for k in variables]
         if scale is None:
             return optimizer.apply_gradients(pairs)
-        with optimizer.scaling_gradients(scale):
-            optimizer.apply_gradients(pairs)
+        optimizer.apply_gradients(pairs, gradient_scale=scale)
 
     replicas = strategy.num_replicas_in_sync
     # As the training loop does: the replica step inside one tf.function; each replica
@@ -137,8 +136,7 @@ def test_fused_cpu_kernel_takes_sparse_gradients_and_scales_elsewhere():
 
         @tf.function
         def step():
-            with optimizer.scaling_gradients(0.5):
-                optimizer.apply_gradients([(slices, variable)])
+            optimizer.apply_gradients([(slices, variable)], gradient_scale=0.5)
 
         with kernels.fused_cpu_kernels() if fused else contextlib.nullcontext():
             step()
@@ -280,3 +278,25 @@ def test_clip_multiplier_matches_tf_clip_by_global_norm():
         expected = float(tf.clip_by_global_norm([tf.constant([1.0])], 1.0, use_norm=use_norm)[0][0][0])
         got = float(_clip_multiplier(use_norm, 1.0))
         assert (np.isnan(got) and np.isnan(expected)) or got == pytest.approx(expected), norm
+
+
+def test_gradient_scale_is_an_argument_of_one_call():
+    """`gradient_scale=s` on g equals g * s unscaled, and the next call without it is
+    unscaled again (nothing is left set on the optimizer)."""
+    import keras
+
+    rng = np.random.default_rng(7)
+    table, grad = (rng.normal(size=(3, 4)).astype(np.float32) for _ in range(2))
+    results = []
+    for scaled in (True, False):
+        optimizer = optimization.create_optimizer("adamw", 3e-2, 6, 0)
+        variable = keras.Variable(table, name="w")
+        if scaled:
+            optimizer.apply_gradients([(tf.constant(grad), variable)], gradient_scale=0.5)
+        else:
+            optimizer.apply_gradients([(tf.constant(grad * np.float32(0.5)), variable)])
+        optimizer.apply([tf.constant(grad)], [variable])
+        results.append(variable.numpy())
+    np.testing.assert_allclose(results[0], results[1], atol=1e-7, rtol=0)
+    expected = adamw_np({"w": table}, [{"w": grad * np.float32(0.5)}, {"w": grad}], 3e-2, 6, 0, decayed={"w"})
+    np.testing.assert_allclose(results[0], expected["w"], atol=2e-6, rtol=0)

@@ -59,7 +59,10 @@ _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 _ENV_SWITCH = "REALFORMER_TF_FUSED_KERNELS"
 _lock = threading.Lock()
-_state = {"depth": 0, "library": None, "failed": False, "gradients_registered": False}
+_state = {"library": None, "failed": False, "gradients_registered": False}
+# How many fused_cpu_kernels() contexts this thread is inside: per thread, so a step one
+# thread traces says nothing about another thread's (an export, a user's own function).
+_local = threading.local()
 _SCRATCH_PREFIX = ".build-"
 # Ops every build defines; a library without them is not ours (or not this version).
 _OPS = ("realformer_layer_norm", "realformer_layer_norm_grad", "realformer_standardize",
@@ -71,23 +74,46 @@ NO_SLOPE_SHAPE = (0,)
 
 
 @contextlib.contextmanager
-def fused_cpu_kernels():
-    """Steps traced inside this context use the fused CPU kernels where they apply.
+def fused_cpu_kernels(enabled=True):
+    """Steps this thread traces inside this context use the fused CPU kernels where they
+    apply (`enabled=False`: a context that changes nothing, for `with_current_setting`).
 
-    Process-wide rather than per thread: MirroredStrategy traces each replica's step in
-    a thread of its own."""
-    with _lock:
-        _state["depth"] += 1
+    Per thread: a tf.distribute replica thread (MirroredStrategy traces each replica's
+    step in a thread of its own) gets the setting of the thread that called
+    `strategy.run` by running `with_current_setting(fn)`."""
+    depth = getattr(_local, "depth", 0)
+    _local.depth = depth + bool(enabled)
     try:
         yield
     finally:
-        with _lock:
-            _state["depth"] -= 1
+        _local.depth = depth
+
+
+def enabled_here():
+    """True inside `fused_cpu_kernels()` in this thread."""
+    return getattr(_local, "depth", 0) > 0
+
+
+def with_current_setting(fn):
+    """`fn` run under this thread's fused-kernel setting, from whatever thread calls it.
+
+    Example (a replica step under MirroredStrategy):
+        with kernels.fused_cpu_kernels():
+            strategy.run(kernels.with_current_setting(step), (batch,))
+    """
+    enabled = enabled_here()
+
+    @functools.wraps(fn, updated=())  # not a tf.function's attributes: it is none
+    def run(*args, **kwargs):
+        with fused_cpu_kernels(enabled):
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def ops_for(x):
     """The fused op module if the step being traced may use it for tensor `x`, else None."""
-    if _state["depth"] == 0 or os.environ.get(_ENV_SWITCH, "1").strip() in ("0", "false", "off"):
+    if not enabled_here() or os.environ.get(_ENV_SWITCH, "1").strip() in ("0", "false", "off"):
         return None
     import keras
 

@@ -26,8 +26,7 @@ def clip_and_apply(optimizer, grads, variables, clip_norm):
     if isinstance(multiplier, float) and multiplier == 1.0:
         optimizer.apply_gradients(zip(grads, variables))
     elif isinstance(optimizer, optimization.AdamW) and context.num_replicas_in_sync == 1:
-        with optimizer.scaling_gradients(multiplier):
-            optimizer.apply_gradients(zip(grads, variables))
+        optimizer.apply_gradients(zip(grads, variables), gradient_scale=multiplier)
     else:
         optimizer.apply_gradients(zip([_times(g, multiplier) for g in grads], variables))
 

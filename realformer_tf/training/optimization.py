@@ -7,8 +7,6 @@ is computed from step 0 (not from the end of warmup); gradients clipped to globa
 1.0 (clipping is done by the training loop, after the cross-replica sum).
 """
 
-import contextlib
-
 import keras
 from keras import ops
 
@@ -62,7 +60,7 @@ class AdamW(keras.optimizers.AdamW):
     - inside a training step on CPU (`realformer_tf.kernels.fused_cpu_kernels()`,
       float32, no XLA): the library's `RealformerApplyAdamW`, one pass over the
       variable, its two slots and the gradient that also applies the decay and the
-      training loop's gradient scale (`scaling_gradients`);
+      training loop's gradient scale (`apply(..., gradient_scale=...)`);
     - elsewhere: TensorFlow's `ResourceApplyAdam`, after one
       `ResourceApplyGradientDescent` for the decay.
 
@@ -76,21 +74,33 @@ class AdamW(keras.optimizers.AdamW):
 
         optimizer = AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6)
         optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
-        with optimizer.scaling_gradients(0.5):  # the update uses gradient * 0.5
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        # The update uses gradient * 0.5:
+        optimizer.apply_gradients(zip(grads, model.trainable_variables), gradient_scale=0.5)
     """
 
-    _gradient_scale = None
+    # The scale of the `apply` call in progress: Keras' apply -> update_step chain has no
+    # argument for it, so `apply` holds it here for exactly the length of its call.
+    _scale_of_this_apply = None
 
-    @contextlib.contextmanager
-    def scaling_gradients(self, scale):
-        """Updates run (or traced) inside use `gradient * scale`: the training loop's
+    def apply(self, grads, trainable_variables=None, gradient_scale=None):
+        """`keras.optimizers.AdamW.apply`, with the update using `gradient *
+        gradient_scale` (a float or scalar tensor; None: 1): the training loop's
         clipping factor, folded into the fused kernel's pass where it runs."""
-        self._gradient_scale = scale
+        if gradient_scale is None:
+            return super().apply(grads, trainable_variables)
+        if self._scale_of_this_apply is not None:
+            raise RuntimeError("AdamW.apply with a gradient_scale called inside another one")
+        self._scale_of_this_apply = gradient_scale
         try:
-            yield
+            return super().apply(grads, trainable_variables)
         finally:
-            self._gradient_scale = None
+            self._scale_of_this_apply = None
+
+    def apply_gradients(self, grads_and_vars, gradient_scale=None):
+        """`keras.optimizers.AdamW.apply_gradients` with `gradient_scale` as in `apply`."""
+        grads, trainable_variables = zip(*grads_and_vars)
+        self.apply(grads, trainable_variables, gradient_scale=gradient_scale)
+        return self._iterations
 
     def _tensorflow_update(self):
         return keras.backend.backend() == "tensorflow" and not self.amsgrad
@@ -101,7 +111,7 @@ class AdamW(keras.optimizers.AdamW):
         # Else update_step decays each variable in its own kernels.
 
     def update_step(self, gradient, variable, learning_rate):
-        scale = self._gradient_scale
+        scale = self._scale_of_this_apply
         if not self._tensorflow_update():
             if scale is not None:
                 gradient = ops.multiply(ops.convert_to_tensor(gradient), ops.cast(scale, gradient.dtype))

@@ -296,7 +296,7 @@ class Trainer:
         collected = {k: [] for k in keys}
         with kernels.fused_cpu_kernels():
             for features in dataset:
-                out = self.strategy.run(step, (features,))
+                out = self.strategy.run(kernels.with_current_setting(step), (features,))
                 for k in keys:
                     collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
