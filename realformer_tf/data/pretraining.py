@@ -1,6 +1,7 @@
 """The original BERT pretraining TFRecords (create_pretraining_data.py's features)."""
 
 import tensorflow as tf
+from absl import logging
 
 from realformer_tf.data import integrity, records
 from realformer_tf.data.records import check_record_lengths, expand_input_files
@@ -19,9 +20,10 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
     }
 
 
-def check_files(input_file, max_seq_length, max_predictions_per_seq):
+def check_files(input_file, max_seq_length, max_predictions_per_seq, log=logging.info):
     """Expands --input_file and checks, up front, the first file's record layout and
-    that the records are whole (see data.integrity)."""
+    that the records are whole (see data.integrity); `log(message)` gets the one line
+    that says what was found (the jobs pass their logger, which prints it)."""
     files = expand_input_files(input_file)
     check_record_lengths(files[0], {
         "input_ids": max_seq_length,
@@ -29,16 +31,15 @@ def check_files(input_file, max_seq_length, max_predictions_per_seq):
         "next_sentence_labels": 1,
     })
     count = integrity.check_records_readable(files)
-    print(f"Input: {len(files)} file(s)" + (f", {count} records, all readable" if count is not None
-          else "; too large to read through up front: file ends checked, records checked as read"),
-          flush=True)
+    log(f"Input: {len(files)} file(s)" + (f", {count} records, all readable" if count is not None
+        else "; too large to read through up front: file ends checked, records checked as read"))
     return files
 
 
 def make_dataset_fn(files, max_seq_length, max_predictions_per_seq, global_batch_size,
-                    is_training, max_steps=None, seed=None):
+                    is_training, max_steps=None, seed=None, log=logging.info):
     """`dataset_fn(input_context)` over pretraining TFRecords (see records.make_dataset_fn)."""
     return records.make_dataset_fn(
         files, feature_spec(max_seq_length, max_predictions_per_seq), global_batch_size,
-        is_training, seed=seed, max_steps=max_steps,
+        is_training, seed=seed, max_steps=max_steps, log=log,
     )

@@ -1,6 +1,7 @@
 """TFRecord input helpers shared by every task: file globs, checked parsing, batching."""
 
 import tensorflow as tf
+from absl import logging
 
 from realformer_tf.errors import UserError
 from realformer_tf.errors import InputError  # noqa: F401  (raised here, public here)
@@ -51,7 +52,7 @@ def decode_record(record, name_to_features):
 
 
 def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_steps=None,
-                    pad_to_full_batches=False):
+                    pad_to_full_batches=False, log=logging.info):
     """Returns `dataset_fn(input_context, start_step=0)` for
     `distribute_datasets_from_function`; `start_step` (training) is the global step a
     resumed run starts at.
@@ -61,7 +62,8 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
     once, capped at `max_steps` batches. Batches are fixed-size (drop_remainder) so TPUs
     compile once; `pad_to_full_batches` appends copies of the first record marked
     `is_real_example = 0` so that no real example is dropped (the original's
-    PaddingInputExample).
+    PaddingInputExample). `log(message)` gets the one line a resumed run's pipeline
+    says about where it starts (the jobs pass their logger, which prints it).
     """
     files = list(files)
 
@@ -86,7 +88,7 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
             d = d.shard(pipelines, pipeline_id)
         if is_training:
             d = d.shuffle(100, seed=seed)
-            d = _skip_consumed(d, start_step, seed, batch_size * (replicas // pipelines))
+            d = _skip_consumed(d, start_step, seed, batch_size * (replicas // pipelines), log)
         d = d.map(lambda r: decode_record(r, spec), num_parallel_calls=tf.data.AUTOTUNE)
         if pad_to_full_batches:
             d = _pad_to_multiple(d, global_batch_size)
@@ -98,7 +100,7 @@ def make_dataset_fn(files, spec, global_batch_size, is_training, seed=None, max_
     return dataset_fn
 
 
-def _skip_consumed(records, start_step, seed, records_per_step):
+def _skip_consumed(records, start_step, seed, records_per_step, log):
     """Where a resumed run's data starts. `start_step` counts the batches already read
     (the global step times the gradient accumulation steps). With a seed the record
     order is a fixed function of it, so skipping what those batches consumed (reading
@@ -107,11 +109,11 @@ def _skip_consumed(records, start_step, seed, records_per_step):
     if not start_step:
         return records
     if seed is None:
-        print(f"Input: resumed after {start_step} batches without --seed: reading a fresh shuffle", flush=True)
+        log(f"Input: resumed after {start_step} batches without --seed: reading a fresh shuffle")
         return records
     skipped = start_step * records_per_step
-    print(f"Input: resumed after {start_step} batches: skipping the {skipped} records read before "
-          "(the order is fixed by --seed)", flush=True)
+    log(f"Input: resumed after {start_step} batches: skipping the {skipped} records read before "
+        "(the order is fixed by --seed)")
     return records.skip(skipped)
 
 

@@ -72,7 +72,7 @@ def evaluate_run(run_dir, config_file, eval_file, budget):
     from realformer_tf.training.results import write_results
     from realformer_tf.training.trainer import Trainer
 
-    files = data.check_files(eval_file, budget.max_seq_length, budget.max_predictions_per_seq)
+    files = data.check_files(eval_file, budget.max_seq_length, budget.max_predictions_per_seq, log=print)
     wanted = budget.max_eval_steps * budget.eval_batch_size if budget.max_eval_steps > 0 else -1
     count = tf.data.TFRecordDataset(files).take(wanted).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
     available = int(count) // budget.eval_batch_size

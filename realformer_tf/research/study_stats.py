@@ -63,7 +63,7 @@ def plateau_baselines(eval_file, max_seq_length, max_predictions_per_seq):
     one)."""
     from realformer_tf.data import pretraining
 
-    files = pretraining.check_files(eval_file, max_seq_length, max_predictions_per_seq)
+    files = pretraining.check_files(eval_file, max_seq_length, max_predictions_per_seq, log=print)
     spec = {"input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
             "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
             "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),

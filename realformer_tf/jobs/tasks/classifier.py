@@ -186,7 +186,7 @@ class ClassifierJob(runner.Job):
 
     def train_dataset_fn(self, options):
         return records.make_dataset_fn([self.data["train"][0]], self.spec, options.train_batch_size, True,
-                                       seed=options.seed)
+                                       seed=options.seed, log=self.log)
 
     def evaluate(self, trainer, options, family, config, out_dir):
         if options.do_eval:

@@ -101,7 +101,8 @@ class PretrainingJob(runner.Job):
         return variant_evidence.Examples(batch, f"{len(rows)} records of --input_file")
 
     def check_inputs(self, options, family, config):
-        self.files = data.check_files(options.input_file, options.max_seq_length, options.max_predictions_per_seq)
+        self.files = data.check_files(options.input_file, options.max_seq_length, options.max_predictions_per_seq,
+                                      log=self.log)
 
     def run_identity(self, options):
         return dict(super().run_identity(options), max_predictions_per_seq=options.max_predictions_per_seq)
@@ -116,7 +117,8 @@ class PretrainingJob(runner.Job):
 
     def _dataset_fn(self, options, batch_size, is_training, max_steps=None):
         return data.make_dataset_fn(self.files, options.max_seq_length, options.max_predictions_per_seq,
-                                    batch_size, is_training=is_training, seed=options.seed, max_steps=max_steps)
+                                    batch_size, is_training=is_training, seed=options.seed, max_steps=max_steps,
+                                    log=self.log)
 
     def train_dataset_fn(self, options):
         return self._dataset_fn(options, options.train_batch_size, True)

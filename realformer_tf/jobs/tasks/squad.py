@@ -173,7 +173,8 @@ class SquadJob(runner.Job):
 
     def train_dataset_fn(self, options):
         return records.make_dataset_fn([self.train_path], data.feature_spec(options.max_seq_length, True),
-                                       options.train_batch_size, is_training=True, seed=options.seed)
+                                       options.train_batch_size, is_training=True, seed=options.seed,
+                                       log=self.log)
 
     def evaluate(self, trainer, options, family, config, out_dir):
         if not options.do_predict:
