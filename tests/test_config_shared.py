@@ -82,3 +82,19 @@ def test_positional_arguments_are_the_shared_encoder_sizes():
     with pytest.raises(TypeError):
         BertConfig(30, 64, 2, 4, 128, "relu", 0.2, 0.3, 256, 3, 0.05, False)  # switches: by keyword
     assert BLOCK_OPTIONS["layer_norm_type"] == BertConfig(10).layer_norm_type == EtcConfig(10).layer_norm_type
+
+
+def test_block_configs_keep_the_keys_saved_keras_files_have():
+    """The layer keywords did not change: a block's get_config has the keys files saved
+    before had, and from_config of such a dict rebuilds it."""
+    from realformer_tf.layers import TransformerEncoderBlock
+
+    saved = dict(num_heads=2, intermediate_size=8, hidden_act="relu", hidden_dropout=0.0,
+                 attention_dropout=0.0, layer_norm_type="normformer", residual_attention=True,
+                 use_running_mean=True, layer_index=1, head_scale_position="after_projection",
+                 use_residual_scale=True, initializer_range=0.03, layer_norm_epsilon=1e-6,
+                 name="layer_1")
+    block = TransformerEncoderBlock.from_config(saved)
+    config = block.get_config()
+    assert {k: config[k] for k in saved} == saved
+    assert {"kernel_initializer", "bias_initializer", "kernel_regularizer"} <= set(config)

@@ -17,25 +17,11 @@ class TransformerEncoder(keras.layers.Layer):
 
     Args:
       num_layers: number of blocks.
-      num_heads: attention heads per block; must divide the hidden size.
-      intermediate_size: width of the feed-forward layer.
-      hidden_act: feed-forward activation by BERT config name ("gelu" is BERT's tanh
-        approximation, "gelu_exact" the erf form, "relu", "swish", ...).
-      hidden_dropout: dropout on each sublayer's output.
-      attention_dropout: dropout on the attention probabilities.
-      layer_norm_type: "post" (BERT), "pre" or "normformer".
-      residual_attention: RealFormer's residual attention (False: vanilla attention;
-        every block still returns its own scores).
-      use_running_mean: block `l` divides the carried sum by `l + 1` before the softmax.
-      head_scale_position: NormFormer head scale "before_projection" (paper) or
-        "after_projection" (fairseq).
-      use_residual_scale: NormFormer's learned scale on the FFN residual.
-      initializer_range: stddev of the default TruncatedNormal kernel initializer.
-      layer_norm_epsilon: LayerNorm epsilon (1e-12 as BERT).
-      kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
-        kernel_constraint, bias_constraint: for every projection (as in
-        `keras.layers.Dense`); `kernel_initializer=None` means
-        TruncatedNormal(initializer_range).
+      num_heads, intermediate_size and the `BLOCK_OPTIONS` (hidden_act, hidden_dropout,
+        attention_dropout, layer_norm_type, residual_attention, use_running_mean,
+        head_scale_position, use_residual_scale, initializer_range,
+        layer_norm_epsilon) and weight options (kernel_initializer, ...): as in
+        `TransformerEncoderBlock`, for every block; block `l` gets `layer_index=l`.
 
     Call args:
       x: [batch, seq_len, hidden] float input.
