@@ -68,3 +68,23 @@ def test_ops_for_answers_per_thread():
         there = _in_thread(lambda: kernels.ops_for(x))
     assert there is None
     assert here == (kernels.load() is not None)
+
+
+def test_mirrored_replica_threads_get_the_setting_through_with_current_setting():
+    """MirroredStrategy runs the replica function in a thread of its own (even on one
+    device): bare, it would see the kernels off; wrapped, it sees the caller's setting,
+    eagerly and while a tf.function traces."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    main = threading.get_ident()
+
+    def replica():
+        return threading.get_ident() != main, kernels.enabled_here()
+
+    def replica_tensor():
+        return tf.constant(kernels.enabled_here())
+
+    with kernels.fused_cpu_kernels():
+        assert strategy.run(replica) == (True, False)
+        assert strategy.run(kernels.with_current_setting(replica)) == (True, True)
+        step = tf.function(lambda: strategy.run(kernels.with_current_setting(replica_tensor)))
+        assert bool(step())
