@@ -13,7 +13,9 @@ in one pass over a variable (`realformer_tf.training.optimization.AdamW`).
 The ops are used only where they are safe, decided when a step is traced:
 
 - inside `fused_cpu_kernels()`, which the training loop (`realformer_tf.training.trainer`)
-  enters around every step it runs, and a Keras user may enter around `model.fit`;
+  enters around every step it runs, and a Keras user may enter around `model.fit`; the
+  setting is the entering thread's (a tf.distribute replica thread gets it through
+  `with_current_setting(fn)`, as the training loop's replica steps do);
   elsewhere (model building, SavedModel export, a user's own tf.function) the layers
   keep TensorFlow's ops, so exported graphs load without this library;
 - on the TensorFlow backend, for float32 tensors, with no GPU or TPU visible;
