@@ -224,14 +224,9 @@ class BertFormat(CheckpointFormat):
             model.bert.pooler.trainable = False
         return model
 
-    def check_checkpoint_fits(self, config, prefix):
-        check_checkpoint_fits(config, prefix)
-
-    def load_checkpoint(self, model, prefix, skip_heads=False):
-        return load_bert_checkpoint(model, prefix, skip_heads=skip_heads)
-
-    def save_checkpoint(self, model, prefix):
-        return save_bert_checkpoint(model, prefix)
+    check_checkpoint_fits = staticmethod(check_checkpoint_fits)
+    load_checkpoint = staticmethod(load_bert_checkpoint)
+    save_checkpoint = staticmethod(save_bert_checkpoint)
 
 
 FORMAT = BertFormat()

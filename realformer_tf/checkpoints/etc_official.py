@@ -306,14 +306,9 @@ class EtcFormat(CheckpointFormat):
             use_hard_g2l_mask=config.use_hard_g2l_mask, use_hard_l2g_mask=config.use_hard_l2g_mask)
         return dict(features, **etc)
 
-    def check_checkpoint_fits(self, config, prefix):
-        check_checkpoint_fits(config, prefix)
-
-    def load_checkpoint(self, model, prefix, skip_heads=False):
-        return load_etc_checkpoint(model, prefix, skip_heads=skip_heads)
-
-    def save_checkpoint(self, model, prefix):
-        return save_etc_checkpoint(model, prefix)
+    check_checkpoint_fits = staticmethod(check_checkpoint_fits)
+    load_checkpoint = staticmethod(load_etc_checkpoint)
+    save_checkpoint = staticmethod(save_etc_checkpoint)
 
 
 FORMAT = EtcFormat()

@@ -12,7 +12,6 @@ import uuid
 import numpy as np
 from absl import logging
 
-from realformer_tf.errors import UserError
 from realformer_tf.fileio import gfile
 from realformer_tf.errors import CheckpointError  # noqa: F401  (raised here, public here)
 

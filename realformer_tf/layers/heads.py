@@ -89,3 +89,28 @@ class BertLogits(keras.layers.Layer):
         config = super().get_config()
         config.update(num_outputs=self.num_outputs, initializer_range=self.initializer_range)
         return config
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
+class SpanLogits(BertLogits):
+    """The SQuAD span head: `BertLogits` with two outputs on every token, returned as
+    `{"start_logits": [B, L], "end_logits": [B, L]}` (float32).
+
+    Example:
+    >>> import numpy as np
+    >>> head = SpanLogits(initializer_range=0.02)
+    >>> out = head(np.zeros((2, 5, 8), "float32"))
+    >>> tuple(out["start_logits"].shape), tuple(out["end_logits"].shape)
+    ((2, 5), (2, 5))
+    """
+
+    def __init__(self, initializer_range=0.02, **kwargs):
+        kwargs.pop("num_outputs", None)  # always 2 (present in get_config)
+        super().__init__(2, initializer_range=initializer_range, **kwargs)
+
+    def call(self, x):
+        logits = super().call(x)
+        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+
+    def compute_output_shape(self, input_shape):
+        return {"start_logits": tuple(input_shape[:-1]), "end_logits": tuple(input_shape[:-1])}

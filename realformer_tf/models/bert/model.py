@@ -20,30 +20,14 @@ from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
+from realformer_tf.models.shared import ConfigModel, SpanHead
 
 LAYER_NORM_EPSILON = 1e-12
 
 
-class _BuildFromConfig:
-    """Building from the config alone (what `.keras` files and the checkpoint loaders
-    rely on). Subclasses define `build()` and `_dummy_inputs()`."""
-
-    def _ensure_built(self):
-        if not self.built:
-            self(self._dummy_inputs(), training=False)
-
-    def get_build_config(self):
-        """Saved in `.keras` files: `build` needs nothing but the config, so loading
-        rebuilds every weight before reading them (Keras would otherwise return a
-        model without weights, with only a warning)."""
-        return {"from_config": True}
-
-    def build_from_config(self, build_config):
-        self.build()
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class BertModel(bert_compat.OriginalBertModelApi, _BuildFromConfig, keras.Model):
+class BertModel(bert_compat.OriginalBertModelApi, ConfigModel, keras.Model):
     """The BERT / RealFormer / NormFormer encoder with BERT's outputs.
 
     Inputs: dict with `input_ids` [B, L] and optional `input_mask` (default all ones) and
@@ -58,6 +42,8 @@ class BertModel(bert_compat.OriginalBertModelApi, _BuildFromConfig, keras.Model)
     the weights of that moment (`is_training=False`: dropout 0, as the original);
     see `bert_compat.OriginalBertModelApi`.
     """
+
+    config_class = BertConfig
 
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
@@ -93,9 +79,6 @@ class BertModel(bert_compat.OriginalBertModelApi, _BuildFromConfig, keras.Model)
         if original is not None:
             self._init_original(original)
 
-    def _dummy_inputs(self):
-        return {"input_ids": np.zeros([1, 2], np.int32)}
-
     def build(self, input_shape=None):
         """Creates every weight from the config alone (no input needed), so `fit` on
         an unbuilt model works on every backend without tracing the call."""
@@ -125,16 +108,12 @@ class BertModel(bert_compat.OriginalBertModelApi, _BuildFromConfig, keras.Model)
         self._ensure_built()
         return self.embeddings.word_embeddings
 
-    def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert"))
 
 
-class _BertWithHead(_BuildFromConfig, keras.Model):
+class _BertWithHead(ConfigModel, keras.Model):
     """A `BertModel` (attribute `bert`) plus task heads."""
+
+    config_class = BertConfig
 
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
@@ -144,21 +123,12 @@ class _BertWithHead(_BuildFromConfig, keras.Model):
         self.bert = BertModel(config, name="bert", dtype=self.dtype_policy)
         bert_compat.register_model(self)
 
-    def _dummy_inputs(self):
-        return {"input_ids": np.zeros([1, 2], np.int32)}
-
     def build(self, input_shape=None):
         """Builds the encoder and the heads (`_build_heads(hidden)`) from the config."""
         self.bert.build()
         self._build_heads(self.config.hidden_size)
         self.built = True
 
-    def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(BertConfig.from_dict(config["config"]), name=config.get("name"))
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -179,9 +149,6 @@ class BertPretrainingModel(_BertWithHead):
             2, initializer_range=cfg.initializer_range, name="seq_relationship",
             dtype=self.dtype_policy,
         )
-
-    def _dummy_inputs(self):
-        return {"input_ids": np.zeros([1, 2], np.int32), "masked_lm_positions": np.zeros([1, 1], np.int32)}
 
     def _build_heads(self, hidden):
         self.masked_lm.build((None, None, hidden))
@@ -222,26 +189,15 @@ class BertClassifierModel(_BertWithHead):
     def get_config(self):
         return dict(super().get_config(), num_labels=self.num_labels)
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(BertConfig.from_dict(config["config"]), config["num_labels"], name=config.get("name"))
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class BertSquadModel(_BertWithHead):
+class BertSquadModel(SpanHead, _BertWithHead):
     """BERT + `cls/squad/output_weights` [2, hidden] on every token.
     Outputs: `start_logits`, `end_logits` [B, L] (float32)."""
+
+    encoder_attribute, sequence_output_key = "bert", "sequence_output"
 
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "bert_squad")
         super().__init__(config, **kwargs)
-        self.span = BertLogits(2, initializer_range=self.config.initializer_range, name="squad",
-                               dtype=self.dtype_policy)
-
-    def _build_heads(self, hidden):
-        self.span.build((None, None, hidden))
-
-    def call(self, inputs, training=None):
-        outputs = self.bert(inputs, training=training)
-        logits = self.span(outputs["sequence_output"])
-        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        self._add_span_head()

@@ -27,6 +27,7 @@ from realformer_tf.layers.etc import (
     GlobalLocalEncoder,
 )
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
+from realformer_tf.models.shared import ConfigModel, SpanHead
 
 LAYER_NORM_EPSILON = 1e-12
 
@@ -172,25 +173,9 @@ def _as_config(config):
     return EtcConfig.from_dict(config) if isinstance(config, dict) else config
 
 
-class _BuildFromConfig:
-    """Building from the config alone (what `.keras` files and the checkpoint loaders
-    rely on)."""
-
-    def _ensure_built(self):
-        if not self.built:
-            self.build()
-
-    def get_build_config(self):
-        """Saved in `.keras` files, so that loading builds every weight from the config
-        before reading them (as BertModel's; see there)."""
-        return {"from_config": True}
-
-    def build_from_config(self, build_config):
-        self.build()
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class EtcModel(_BuildFromConfig, keras.Model):
+class EtcModel(ConfigModel, keras.Model):
     """The ETC encoder (global-local attention) with RealFormer residual scores.
 
     Inputs: dict with `long_token_ids` [B, L] and `global_token_ids` [B, G] (0 = padding),
@@ -204,6 +189,8 @@ class EtcModel(_BuildFromConfig, keras.Model):
     `global_scores` (lists, one carried score tensor per layer; layouts in
     `realformer_tf.layers.etc.blocked`).
     """
+
+    config_class = EtcConfig
 
     def __init__(self, config, **kwargs):
         config = _as_config(config)
@@ -292,15 +279,11 @@ class EtcModel(_BuildFromConfig, keras.Model):
             side["g2l_att_mask"] = tf.broadcast_to(long_real[:, None, :], [batch, global_len, long_len])
         return side
 
-    def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(EtcConfig.from_dict(config["config"]), name=config.get("name", "etc"))
 
 
-class _EtcWithHead(_BuildFromConfig, keras.Model):
+class _EtcWithHead(ConfigModel, keras.Model):
+    config_class = EtcConfig
+
     def __init__(self, config, **kwargs):
         config = _as_config(config)
         super().__init__(**kwargs)
@@ -309,15 +292,9 @@ class _EtcWithHead(_BuildFromConfig, keras.Model):
 
     def build(self, input_shape=None):
         self.etc.build()
-        self._build_head(self.config.hidden_size)
+        self._build_heads(self.config.hidden_size)
         super().build(input_shape)
 
-    def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(EtcConfig.from_dict(config["config"]), name=config.get("name"))
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -346,7 +323,7 @@ class EtcPretrainingModel(_EtcWithHead):
             self.next_sentence = BertLogits(2, initializer_range=cfg.initializer_range,
                                             name="seq_relationship", dtype=self.dtype_policy)
 
-    def _build_head(self, hidden):
+    def _build_heads(self, hidden):
         self.masked_lm.build((None, None, hidden))
         if self.next_sentence is not None:
             self.next_sentence.build((None, hidden))
@@ -361,11 +338,6 @@ class EtcPretrainingModel(_EtcWithHead):
 
     def get_config(self):
         return dict(super().get_config(), next_sentence_head=self.next_sentence_head)
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(EtcConfig.from_dict(config["config"]), name=config.get("name"),
-                   next_sentence_head=config.get("next_sentence_head", True))
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -386,7 +358,7 @@ class EtcClassifierModel(_EtcWithHead):
         self.classifier = BertLogits(self.num_labels, initializer_range=cfg.initializer_range,
                                      name="classifier", dtype=self.dtype_policy)
 
-    def _build_head(self, hidden):
+    def _build_heads(self, hidden):
         self.pooler.build((None, hidden))
         self.classifier.build((None, hidden))
 
@@ -399,28 +371,17 @@ class EtcClassifierModel(_EtcWithHead):
     def get_config(self):
         return dict(super().get_config(), num_labels=self.num_labels)
 
-    @classmethod
-    def from_config(cls, config):
-        return cls(EtcConfig.from_dict(config["config"]), config["num_labels"], name=config.get("name"))
-
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
-class EtcSquadModel(_EtcWithHead):
+class EtcSquadModel(SpanHead, _EtcWithHead):
     """ETC + span logits on every long token (BERT's SQuAD head, `squad/output_weights`
     [2, hidden]): the whole context is one long input, so a question over a document of
     thousands of tokens needs no doc_stride windows. Outputs: `start_logits`,
     `end_logits` [B, L] (float32)."""
 
+    encoder_attribute, sequence_output_key = "etc", "long_output"
+
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "etc_squad")
         super().__init__(config, **kwargs)
-        self.span = BertLogits(2, initializer_range=self.config.initializer_range, name="squad",
-                               dtype=self.dtype_policy)
-
-    def _build_head(self, hidden):
-        self.span.build((None, None, hidden))
-
-    def call(self, inputs, training=None):
-        outputs = self.etc(inputs, training=training)
-        logits = self.span(outputs["long_output"])
-        return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}
+        self._add_span_head()
