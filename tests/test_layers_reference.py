@@ -239,6 +239,14 @@ def test_encoder_block_matches_reference(layer_norm_type, residual_attention, us
     label = f"encoder_block/{layer_norm_type}/residual={residual_attention}/mean={use_running_mean}"
     ref.assert_close(label + "/out", out, want_out, ATOL)
     ref.assert_close(label + "/scores", scores, want_scores, ATOL)
+    # training=True (no dropout here): the LayerNorm affines folded into the projections
+    # (layers/folding.py) give the same values.
+    block_no_dropout = TransformerEncoderBlock(**kwargs, hidden_dropout=0.0, attention_dropout=0.0)
+    block_no_dropout(x, attention_mask=mask, prev_scores=prev)
+    block_no_dropout.set_weights(block.get_weights())
+    out_t, scores_t = block_no_dropout(x, attention_mask=mask, prev_scores=prev, training=True)
+    ref.assert_close(label + "/out/training", out_t, want_out, ATOL)
+    ref.assert_close(label + "/scores/training", scores_t, want_scores, ATOL)
     if not residual_attention:
         # prev_scores is ignored: same output without it.
         out2, scores2 = block(x, attention_mask=mask, training=False)
@@ -268,6 +276,30 @@ def test_normformer_block_options_match_reference(head_scale_position, use_resid
     label = f"normformer_block/H={hidden}/{head_scale_position}/residual_scale={use_residual_scale}"
     ref.assert_close(label + "/out", out, want_out, ATOL)
     ref.assert_close(label + "/scores", scores, want_scores, ATOL)
+    block_no_dropout = TransformerEncoderBlock(**kwargs, hidden_dropout=0.0, attention_dropout=0.0)
+    block_no_dropout(x, attention_mask=mask, prev_scores=prev)
+    block_no_dropout.set_weights(block.get_weights())
+    out_t, _ = block_no_dropout(x, attention_mask=mask, prev_scores=prev, training=True)  # folded
+    ref.assert_close(label + "/out/training", out_t, want_out, ATOL)
+
+
+def test_folding_happens_in_training_only(monkeypatch):
+    """The LayerNorm affines and head scale fold into the projections' weights in training
+    and are applied to the activations at inference (layers/folding.py: at a few rows the
+    folded kernel costs more than it saves)."""
+    from realformer_tf.layers import folding
+
+    calls = []
+    real = folding.dense_of_scaled
+    monkeypatch.setattr(folding, "dense_of_scaled", lambda *a, **k: calls.append(1) or real(*a, **k))
+    block = TransformerEncoderBlock(**_block_kwargs("normformer", True, False), hidden_dropout=0.0,
+                                    attention_dropout=0.0)
+    x = _x(40)
+    block(x, training=False)
+    assert calls == []
+    block(x, training=True)
+    # query, key, value, head scale, feed-forward in, feed-forward out
+    assert len(calls) == 6
 
 
 @pytest.mark.parametrize("hidden_act", ["gelu_exact", "relu"])
@@ -580,27 +612,29 @@ def test_attention_input_affine_equals_applying_it_to_the_inputs():
     def applied(t, affine):
         return ref.to_numpy(affine[0]) * t + ref.to_numpy(affine[1])
 
-    cases = {
-        "self": (layer(x, x, query_affine=q_affine, value_affine=q_affine),
-                 layer(applied(x, q_affine), applied(x, q_affine))),
-        "cross": (layer(x, memory, query_affine=q_affine, value_affine=v_affine),
-                  layer(applied(x, q_affine), applied(memory, v_affine))),
+    cases = {  # training=True folds (no dropout here); training=False applies to the inputs
+        f"{kind}/training={training}": (
+            layer(x, m, query_affine=q_affine, value_affine=m_affine, training=training),
+            layer(applied(x, q_affine), applied(m, m_affine)))
+        for kind, m, m_affine in (("self", x, q_affine), ("cross", memory, v_affine))
+        for training in (True, False)
     }
     for label, (got, want) in cases.items():
         for g, w in zip(got, want):
             np.testing.assert_allclose(ref.to_numpy(g), ref.to_numpy(w), atol=2e-5, err_msg=label)
     layer.query_dense.__class__ = _UnfoldableDense  # folding refused: applied to the input
     assert not folding.can_fold_into(layer.query_dense)
-    got = layer(x, x, query_affine=q_affine, value_affine=q_affine)[0]
-    np.testing.assert_allclose(ref.to_numpy(got), ref.to_numpy(cases["self"][1][0]), atol=2e-5)
+    got = layer(x, x, query_affine=q_affine, value_affine=q_affine, training=True)[0]
+    np.testing.assert_allclose(ref.to_numpy(got), ref.to_numpy(cases["self/training=True"][1][0]), atol=2e-5)
 
 
 class _UnfoldableDense(keras.layers.Dense):
     """`folding.can_fold_into` refuses subclasses: the layers run one after the other."""
 
 
-@pytest.mark.parametrize("hidden_act,folded", [("gelu", True), ("relu", True), ("gelu", False)])
-def test_activate_normalize_and_project_equals_the_composite_in_mixed_bfloat16(hidden_act, folded):
+@pytest.mark.parametrize("hidden_act,folded,fold", [("gelu", True, True), ("relu", True, True),
+                                                     ("gelu", False, True), ("gelu", True, False)])
+def test_activate_normalize_and_project_equals_the_composite_in_mixed_bfloat16(hidden_act, folded, fold):
     """NormFormer's feed-forward entry point (the fused gelu op or another activation, gamma
     and beta folded into the projection; or, for a projection that refuses folding, the
     layers one after the other) gives dense(LayerNorm(act(x)))'s values and input gradients
@@ -619,7 +653,7 @@ def test_activate_normalize_and_project_equals_the_composite_in_mixed_bfloat16(h
     r = keras.ops.convert_to_tensor(rng.normal(size=(B, L, H)), "float32")
 
     def fused(t):
-        return norm.activate_normalize_and_project(keras.ops.cast(t, "bfloat16"), hidden_act, dense)
+        return norm.activate_normalize_and_project(keras.ops.cast(t, "bfloat16"), hidden_act, dense, fold)
 
     def composite(t):
         return dense(norm(get_activation(hidden_act)(keras.ops.cast(t, "bfloat16"))))

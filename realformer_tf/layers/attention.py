@@ -241,9 +241,10 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         if prev_scores is not None:
             self._check_prev_scores(prev_scores, query, key)
-        q = folding.project(self.query_dense, query, query_affine)
-        k = folding.project(self.key_dense, key, key_affine)
-        v = folding.project(self.value_dense, value, value_affine)
+        fold = bool(training)  # folding.py: folding pays in training, not at inference
+        q = folding.project(self.query_dense, query, query_affine, fold)
+        k = folding.project(self.key_dense, key, key_affine, fold)
+        v = folding.project(self.value_dense, value, value_affine, fold)
         q = scores_lib.split_heads(q, self.num_heads, self.key_dim)
         k = scores_lib.split_heads(k, self.num_heads, self.key_dim)
         v = scores_lib.split_heads(v, self.num_heads, self.value_dim)
@@ -256,7 +257,7 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         probs = self.probability_dropout(ops.cast(probs, v.dtype), training=training)
         context = scores_lib.merge_heads(scores_lib.context(probs, v))
         head_scale = self.head_scale if self.use_head_scale else None
-        output = scores_lib.project_heads(self.output_dense, context, head_scale, self.head_scale_position)
+        output = scores_lib.project_heads(self.output_dense, context, head_scale, self.head_scale_position, fold)
         return output, scores
 
     def compute_mask(self, query, previous_mask=None):

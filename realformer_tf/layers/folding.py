@@ -6,7 +6,15 @@ The left side costs two elementwise passes over the activation `x` and, in the b
 pass, two more plus two reductions over all of its rows; the right side touches only the
 [in, out] kernel, a fraction of the activation's size for any real batch. Autodiff of the
 right side gives the same gradients for x, scale, shift, W and b, so no hand-written
-gradient is needed. Used for:
+gradient is needed.
+
+That trade pays when the activation has more rows than the kernel, which training's
+forward and backward passes over a batch do. At inference a request often has a few
+dozen rows (batch 1, a short text): there recomputing `scale[:, None] * W` and `shift @ W`
+at every call costs more than the two passes over `x` (NormFormer, BERT-Base, batch 1,
+~12 words: 1.9x vanilla's serving time folded; see docs/performance.md). So the layers
+fold only when training (`fold=bool(training)` below) and apply the scale and shift to
+the inputs otherwise; both give the same outputs. Used for:
 
   * every pre-LN LayerNorm's gamma and beta, folded into the projections that follow
     (`LayerNorm.split_affine`, then `project`): the attention's query, key and value and
@@ -35,16 +43,25 @@ def can_fold_into(dense):
     )
 
 
-def project(dense, inputs, affine=None):
-    """`dense(inputs * scale + shift)` for `affine = (scale, shift)`, folded into the
-    weights where `can_fold_into(dense)` allows and applied to the inputs otherwise;
-    `dense(inputs)` for `affine=None`."""
+def project(dense, inputs, affine=None, fold=True):
+    """`dense(inputs * scale + shift)` for `affine = (scale, shift)`; `dense(inputs)` for
+    `affine=None`.
+
+    Args:
+      dense: the projection.
+      inputs: [..., in] tensor.
+      affine: `(scale, shift)`, each [in] (shift may be None), or None.
+      fold: fold the scale and shift into `dense`'s weights where `can_fold_into(dense)`
+        allows (pass the layer's `training`: see the module docstring); otherwise they
+        are applied to the inputs.
+    """
     if affine is None:
         return dense(inputs)
     scale, shift = affine
-    if can_fold_into(dense):
+    if fold and can_fold_into(dense):
         return dense_of_scaled(dense, inputs, scale, shift)
-    return dense(inputs * ops.cast(scale, inputs.dtype) + ops.cast(shift, inputs.dtype))
+    scaled = inputs * ops.cast(scale, inputs.dtype)
+    return dense(scaled if shift is None else scaled + ops.cast(shift, inputs.dtype))
 
 
 def dense_of_scaled(dense, x, scale, shift=None):

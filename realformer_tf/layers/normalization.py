@@ -189,7 +189,7 @@ class LayerNorm(keras.layers.LayerNormalization):
         xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon)
         return ops.cast(xhat, self.compute_dtype), (self.gamma, self.beta)
 
-    def normalize_and_project(self, inputs, dense):
+    def normalize_and_project(self, inputs, dense, fold=True):
         """dense(self(inputs)), with gamma and beta folded into `dense`'s weights where it
         allows (`split_affine`, `folding.project`): the pre-LN feed-forward's first
         projection.
@@ -197,10 +197,11 @@ class LayerNorm(keras.layers.LayerNormalization):
         Args:
           inputs: [..., width] tensor, normalized over its last axis.
           dense: the projection that takes the normalized tensor.
+          fold: whether to fold (`folding.project`); callers pass `training`.
         """
-        return folding.project(dense, *self.split_affine(inputs))
+        return folding.project(dense, *self.split_affine(inputs), fold=fold)
 
-    def activate_normalize_and_project(self, pre_activation, hidden_act, dense):
+    def activate_normalize_and_project(self, pre_activation, hidden_act, dense, fold=True):
         """dense(self(get_activation(hidden_act)(pre_activation))), NormFormer's feed-forward.
 
         gamma and beta fold into `dense`'s weights where it allows (`folding`), so only
@@ -212,10 +213,9 @@ class LayerNorm(keras.layers.LayerNormalization):
           pre_activation: [..., width] input of the activation; normalized over its last axis.
           hidden_act: a BERT config activation name (realformer_tf.layers.activations).
           dense: the projection that takes the normalized activation.
+          fold: whether to fold (`folding.project`); callers pass `training`.
         """
-        fused = (hidden_act == "gelu" and folding.can_fold_into(dense)
-                 and self._normalizes_last_axis(pre_activation))
-        if not fused:
-            return self.normalize_and_project(get_activation(hidden_act)(pre_activation), dense)
+        if not (hidden_act == "gelu" and self._normalizes_last_axis(pre_activation)):
+            return self.normalize_and_project(get_activation(hidden_act)(pre_activation), dense, fold)
         xhat = _gelu_standardize(pre_activation, self.epsilon, self._stats_dtype(pre_activation))
-        return folding.dense_of_scaled(dense, ops.cast(xhat, dense.compute_dtype), self.gamma, self.beta)
+        return folding.project(dense, ops.cast(xhat, dense.compute_dtype), (self.gamma, self.beta), fold)

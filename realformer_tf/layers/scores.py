@@ -152,17 +152,17 @@ def scale_heads(x, head_scale):
     return merge_heads(heads)
 
 
-def project_heads(dense, context, head_scale=None, head_scale_position="before_projection"):
+def project_heads(dense, context, head_scale=None, head_scale_position="before_projection", fold=True):
     """`dense(context)` for the merged [batch, length, heads * head_dim] context, with
     NormFormer's per-head scale on the heads before the projection or on the output's
     equal chunks after it. Before the projection the scale folds into the kernel
-    (`folding.dense_of_scaled`: the kernel is smaller than the activation) when `dense`
-    is a plain Dense layer."""
+    (`folding.project`) when `fold` (callers pass `training`) and `dense` is a plain
+    Dense layer."""
     if head_scale is None:
         return dense(context)
     if head_scale_position == "after_projection":
         return scale_heads(dense(context), head_scale)
-    if folding.can_fold_into(dense):
+    if fold and folding.can_fold_into(dense):
         head_dim = context.shape[-1] // head_scale.shape[0]
         return folding.dense_of_scaled(dense, context, ops.repeat(head_scale, head_dim))
     return dense(scale_heads(context, head_scale))

@@ -185,10 +185,11 @@ class _BlockBase(keras.layers.Layer):
         if self.layer_norm_type == "post":
             inner = self.intermediate_dense(x)
         else:
-            inner = self.output_layer_norm.normalize_and_project(x, self.intermediate_dense)
+            inner = self.output_layer_norm.normalize_and_project(
+                x, self.intermediate_dense, fold=bool(training))
         if self.normformer:
             out = self.intermediate_layer_norm.activate_normalize_and_project(
-                inner, self.hidden_act, self.output_dense)
+                inner, self.hidden_act, self.output_dense, fold=bool(training))
         else:
             out = self.output_dense(self.activation(inner))
         out = self.output_dropout(out, training=training)

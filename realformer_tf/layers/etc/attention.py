@@ -334,12 +334,13 @@ class GlobalLocalAttention(keras.layers.Layer):
         values = ops.concatenate([heads["g2g_value"], heads["g2l_value"]], axis=1)
         return score_math.context(probs, values)
 
-    def _output(self, context, side):
-        """[B, T, N, D] context -> output projection (+ NormFormer head scale)."""
+    def _output(self, context, side, training):
+        """[B, T, N, D] context -> output projection (+ NormFormer head scale, folded
+        into the projection only in training: layers/folding.py)."""
         context = score_math.merge_heads(context)
         scale = getattr(self, f"{side}_head_scale", None) if self.use_head_scale else None
         return score_math.project_heads(self._output_projection(side), context, scale,
-                                        self.head_scale_position)
+                                        self.head_scale_position, fold=bool(training))
 
     def _global_side_mask(self, g2g_att_mask, g2l_att_mask, batch, global_len, long_len):
         """0/1 mask [B, 1, G, G+L] of the fused global-side scores."""
@@ -379,13 +380,13 @@ class GlobalLocalAttention(keras.layers.Layer):
         long_mask = blocked.blocked_long_mask(
             l2l_att_mask, l2g_att_mask, batch, long_len, global_len, self.block_len)
         long_probs = self._probabilities(long_scores, long_mask, training)
-        long_output = self._output(self._long_context(long_probs, heads), "long")
+        long_output = self._output(self._long_context(long_probs, heads), "long", training)
 
         global_scores = self._global_side_scores(
             heads, g2g_relative_att_ids, g2l_relative_att_ids, prev_global_scores)
         global_mask = self._global_side_mask(g2g_att_mask, g2l_att_mask, batch, global_len, long_len)
         global_probs = self._probabilities(global_scores, global_mask, training)
-        global_output = self._output(self._global_context(global_probs, heads), "global")
+        global_output = self._output(self._global_context(global_probs, heads), "global", training)
         return long_output, global_output, long_scores, global_scores
 
     def compute_output_shape(self, long_input_shape, global_input_shape=None):
