@@ -67,9 +67,9 @@ bench: $(STAMP)
 	$(PY) benchmarks/benchmark_limit.py --repeats 4 --json_out benchmarks/results/latest_limit.json
 
 # Serving speed (README "Performance", "Serving"): the SavedModel's raw-text signature vs
-# transformers + PyTorch on the same BERT-Base classifier (~25 min on 2 idle cores).
+# transformers + PyTorch on the same BERT-Base classifier (~25 min on 2 idle cores;
+# both sides come with requirements-test.txt).
 bench-serving: $(TEST_STAMP)
-	$(PIP) -r requirements-bench.txt
 	$(PY) benchmarks/benchmark_serving.py \
 	    --json_out benchmarks/results/serving.json --markdown_out benchmarks/results/serving.md
 

@@ -11,7 +11,7 @@ from helpers_data import run_script
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None,
-    reason="the serving benchmark compares against transformers + torch (pip install -r requirements-bench.txt)")
+    reason="the serving benchmark compares against transformers + torch (both are in requirements-test.txt)")
 
 
 @pytest.mark.slow
