@@ -191,6 +191,7 @@ def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_L
 
 def make_exports(args, work):
     """{name: SavedModel path} and the HF folder."""
+    from realformer_tf.checkpoints import hf as hf_checkpoint
     from realformer_tf.families import get_family
     from realformer_tf.jobs.runner import RunOptions
 
