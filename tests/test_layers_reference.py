@@ -636,8 +636,8 @@ class _UnfoldableDense(keras.layers.Dense):
                                                      ("gelu", False, True), ("gelu", True, False)])
 def test_activate_normalize_and_project_equals_the_composite_in_mixed_bfloat16(hidden_act, folded, fold):
     """NormFormer's feed-forward entry point (the fused gelu op or another activation, gamma
-    and beta folded into the projection; or, for a projection that refuses folding, the
-    layers one after the other) gives dense(LayerNorm(act(x)))'s values and input gradients
+    and beta folded into the projection; or, for a projection that refuses folding and at
+    inference (fold=False), applied to the standardized activation) gives dense(LayerNorm(act(x)))'s values and input gradients
     under mixed_bfloat16, in bfloat16."""
     from realformer_tf.layers.activations import get_activation
     from realformer_tf.layers.normalization import LayerNorm

@@ -12,7 +12,7 @@ That trade pays when the activation has more rows than the kernel, which trainin
 forward and backward passes over a batch do. At inference a request often has a few
 dozen rows (batch 1, a short text): there recomputing `scale[:, None] * W` and `shift @ W`
 at every call costs more than the two passes over `x` (NormFormer, BERT-Base, batch 1,
-~12 words: 1.9x vanilla's serving time folded; see docs/performance.md). So the layers
+~12 words: 1.9x vanilla's serving time folded; docs/serving.md). So the layers
 fold only when training (`fold=bool(training)` below) and apply the scale and shift to
 the inputs otherwise; both give the same outputs. Used for:
 
