@@ -22,13 +22,13 @@ Some prose.
 
 DOC = """# Perf
 
-<!-- table: benchmarks/results/fake.md -->
+<!-- table: benchmarks/results/serving.md -->
 | a | b |
 | --- | --- |
 | 1 | 999 |
 <!-- end table -->
 
-<!-- table: benchmarks/results/fake.md#2 -->
+<!-- table: benchmarks/results/serving.md#2 -->
 <!-- end table -->
 after
 """
@@ -40,19 +40,21 @@ def _run(*args):
 
 
 def _fake_repo(tmp_path, doc=DOC):
+    """A repository root in tmp_path whose results and docs files (named like the real
+    ones) hold the fixtures above; the etc_latest.md results file is left out."""
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
-    (tmp_path / "benchmarks" / "results" / "fake.md").write_text(RESULTS)
+    (tmp_path / "benchmarks" / "results" / "serving.md").write_text(RESULTS)
     (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "perf.md").write_text(doc)
+    (tmp_path / "docs" / "performance.md").write_text(doc)
     (tmp_path / "README.md").write_text("# no tables here\n")
-    return tmp_path / "docs" / "perf.md"
+    return tmp_path / "docs" / "performance.md"
 
 
 def test_check_finds_stale_table_and_render_fixes_it(tmp_path):
     doc = _fake_repo(tmp_path)
     stale = _run("--check", "--root", str(tmp_path))
     assert stale.returncode == 1, stale.stdout + stale.stderr
-    assert "perf.md: is stale" in stale.stdout
+    assert "performance.md: is stale" in stale.stdout
     assert doc.read_text() == DOC  # --check writes nothing
 
     assert _run("--root", str(tmp_path)).returncode == 0
@@ -63,10 +65,10 @@ def test_check_finds_stale_table_and_render_fixes_it(tmp_path):
 
 
 def test_missing_results_file_and_unclosed_marker_are_errors(tmp_path):
-    _fake_repo(tmp_path, doc="<!-- table: benchmarks/results/nope.md -->\n<!-- end table -->\n")
+    _fake_repo(tmp_path, doc="<!-- table: benchmarks/results/etc_latest.md -->\n<!-- end table -->\n")
     missing = _run("--check", "--root", str(tmp_path))
-    assert missing.returncode == 2 and "nope.md does not exist" in missing.stderr
-    (tmp_path / "docs" / "perf.md").write_text("<!-- table: benchmarks/results/fake.md -->\n")
+    assert missing.returncode == 2 and "etc_latest.md does not exist" in missing.stderr
+    (tmp_path / "docs" / "performance.md").write_text("<!-- table: benchmarks/results/serving.md -->\n")
     unclosed = _run("--check", "--root", str(tmp_path))
     assert unclosed.returncode == 2 and "no '<!-- end table -->'" in unclosed.stderr
 
