@@ -162,10 +162,8 @@ def project_heads(dense, context, head_scale=None, head_scale_position="before_p
         return dense(context)
     if head_scale_position == "after_projection":
         return scale_heads(dense(context), head_scale)
-    if fold and folding.can_fold_into(dense):
-        head_dim = context.shape[-1] // head_scale.shape[0]
-        return folding.dense_of_scaled(dense, context, ops.repeat(head_scale, head_dim))
-    return dense(scale_heads(context, head_scale))
+    head_dim = context.shape[-1] // head_scale.shape[0]
+    return folding.project(dense, context, (ops.repeat(head_scale, head_dim), None), fold)
 
 
 def context(probs, value):
