@@ -34,9 +34,11 @@ Loads: batch 1 (p50 / p99 latency over `--requests` requests) and batch 32
 (~120, truncated to 128 tokens) texts cut from data/sample_text.txt.
 
 Interleaving: the workers take turns, never run at once; the coordinator goes
-round-robin over all targets in rounds (the first target rotated each round), so a busy
-spell of a shared machine hits every target alike. After a worker's turn the
-coordinator sleeps `--pause` s so that spinning OpenMP / Eigen threads go idle.
+round-robin over all targets in `--rounds` rounds (the first target rotated each
+round), so a busy spell of a shared machine hits every target alike. After a worker's
+turn the coordinator sleeps `--pause` s so that spinning OpenMP / Eigen threads go idle.
+Besides the ratio of the overall p50s, the table gives the paired ratio: the median over
+rounds of the two sides' ratio within a round (the variant columns are paired ratios).
 
 The last line printed is the whole result as one JSON object.
 """
@@ -83,7 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--variant_requests", type=int, default=60, help="batch-1 requests of the other targets")
     p.add_argument("--variant_batches", type=int, default=2, help="batch-32 calls of the other targets")
     p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--rounds", type=int, default=4, help="interleaving rounds per load")
+    p.add_argument("--rounds", type=int, default=20,
+                   help="interleaving rounds per load (batch 1: 10 requests per side and round)")
     p.add_argument("--levers", default="threads,pad_max,xla,etc_max",
                    help="comma list of serving levers to time against their baseline ('' = none)")
     p.add_argument("--pause", type=float, default=0.05, help="seconds between two workers' turns")
@@ -325,6 +328,7 @@ class Target:
     def __init__(self, name, worker, model, main, description):
         self.name, self.worker, self.model, self.main, self.description = name, worker, model, main, description
         self.samples = {}  # load key -> list of seconds per call
+        self.round_medians = {}  # load key -> {round: median seconds per call in that round}
 
 
 # -- timing --------------------------------------------------------------------------------
@@ -352,7 +356,9 @@ def time_loads(targets, texts, args, on_load=None):
                     continue
                 start = (r * 7919 + (0 if t.main else 13)) % len(pool)
                 batches = [[pool[(start + i * batch + j) % len(pool)] for j in range(batch)] for i in range(n)]
-                t.samples.setdefault(key, []).extend(t.worker.ask(op="time", model=t.model, batches=batches))
+                secs = t.worker.ask(op="time", model=t.model, batches=batches)
+                t.samples.setdefault(key, []).extend(secs)
+                t.round_medians.setdefault(key, {})[str(r)] = float(np.median(secs))
                 time.sleep(args.pause)
         print(f"timed {key} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
         if on_load:
@@ -365,7 +371,8 @@ def summarize(targets, args):
         for key, secs in t.samples.items():
             batch = int(key.split("/b")[1])
             row = {"calls": len(secs), "p50_ms": 1e3 * percentile(secs, 50), "p99_ms": 1e3 * percentile(secs, 99),
-                   "sentences_per_s": batch / float(np.median(secs))}
+                   "sentences_per_s": batch / float(np.median(secs)),
+                   "round_median_s": t.round_medians.get(key, {})}
             rows.setdefault(key, {})[t.name] = row
     return rows
 
@@ -470,6 +477,15 @@ def _time_ratio(rows, key, name, base):
     return b["sentences_per_s"] / a["sentences_per_s"]
 
 
+def _paired_ratio(rows, key, name, base):
+    """The median over the rounds both ran of (name's median call time / base's in that
+    round): a slow spell of the machine slows both sides of a round alike, so this moves
+    less between runs than the ratio of the overall p50s. None without round data."""
+    a, b = (rows[key].get(n, {}).get("round_median_s", {}) for n in (name, base))
+    common = sorted(set(a) & set(b), key=int)
+    return float(np.median([a[r] / b[r] for r in common])) if common else None
+
+
 def format_tables(result):
     rows = result["results"]
     lines = ["| text | load | ours (SavedModel) | transformers (PyTorch) | ours / transformers "
@@ -478,14 +494,18 @@ def format_tables(result):
     for key in rows:
         length, batch = key.split("/b")
         o, h = rows[key]["ours"], rows[key]["transformers"]
-        ratios = [_time_ratio(rows, key, n, "ours") for n in ("realformer", "normformer", "etc")]
+        ratios = [_paired_ratio(rows, key, n, "ours") or _time_ratio(rows, key, n, "ours")
+                  for n in ("realformer", "normformer", "etc")]
         fmt = lambda r: "-" if r is None else f"{r:.2f}x"  # noqa: E731
+        paired = _paired_ratio(rows, key, "ours", "transformers")
         if batch == "1":
             cells = [f"p50 {o['p50_ms']:.1f} / p99 {o['p99_ms']:.1f} ms", f"p50 {h['p50_ms']:.1f} / p99 {h['p99_ms']:.1f} ms",
                      f"{o['p50_ms'] / h['p50_ms']:.2f}x latency"]
-        else:
+        else:  # paired as throughput: transformers' time / ours
+            paired = _paired_ratio(rows, key, "transformers", "ours")
             cells = [f"{o['sentences_per_s']:.1f} sent/s", f"{h['sentences_per_s']:.1f} sent/s",
                      f"{o['sentences_per_s'] / h['sentences_per_s']:.2f}x throughput"]
+        cells[-1] += "" if paired is None else f" (paired {paired:.2f}x)"
         lines.append(f"| {length} | batch {batch} | " + " | ".join(cells + [fmt(r) for r in ratios]) + " |")
     levers = sorted({n for r in rows.values() for n in r if "+" in n})
     if levers:

@@ -385,6 +385,47 @@ def test_encoder_stack_matches_reference(layer_norm_type, residual_attention, us
         assert np.min(ref.to_numpy(got["attention_scores"][i])) > -1000.0  # no mask inside
 
 
+@pytest.mark.parametrize("layer_norm_type,residual_attention,output_range",
+                         [("post", True, 1), ("pre", False, 3), ("normformer", True, 2)])
+def test_encoder_stack_output_range_matches_reference(layer_norm_type, residual_attention, output_range):
+    # The last block computes the first `output_range` positions only; they attend to
+    # every (unpadded) position, so they equal the full reference's first rows.
+    encoder = TransformerEncoder(num_layers=2, num_heads=N, intermediate_size=I,
+                                 layer_norm_type=layer_norm_type, residual_attention=residual_attention)
+    x = _x(42)
+    mask = ref.padding_mask(B, L, LENGTHS)
+    encoder(x, attention_mask=mask)
+    ref.randomize_weights(encoder, seed=43)
+    got = encoder(x, attention_mask=mask, training=False, output_range=output_range)
+    blocks, final = ref.stack_params(encoder)
+    want_seq, want_outs, want_scores = ref.encoder_stack(
+        x.astype(np.float64), blocks, final, attention_mask=mask, residual_attention=residual_attention,
+        num_heads=N, layer_norm_type=layer_norm_type, use_running_mean=False,
+        head_scale_position="before_projection",
+    )
+    label = f"stack/{layer_norm_type}/output_range={output_range}"
+    assert tuple(got["sequence_output"].shape) == (B, output_range, H)
+    ref.assert_close(label + "/sequence_output", got["sequence_output"], want_seq[:, :output_range], ATOL)
+    ref.assert_close(label + "/encoder_outputs[0]", got["encoder_outputs"][0], want_outs[0], ATOL)
+    ref.assert_close(label + "/attention_scores[1]", got["attention_scores"][1],
+                     want_scores[1][:, :, :output_range], ATOL)
+
+
+def test_encoder_block_output_range_with_a_3d_mask_and_keras_mask():
+    # A [batch, query, key] attention mask and a Keras mask are cut to the first queries.
+    block = TransformerEncoderBlock(**_block_kwargs("pre", True, False, layer_index=1))
+    x, prev = _x(44), _prev(45)
+    mask3 = np.random.default_rng(46).integers(0, 2, size=(B, L, L)).astype(np.int32)
+    mask3[:, :, 0] = 1  # every query attends somewhere
+    keras_mask = ref.padding_mask(B, L, LENGTHS).astype(bool)
+    block(x, attention_mask=mask3, prev_scores=prev)
+    ref.randomize_weights(block, seed=47)
+    full_out, full_scores = block(x, attention_mask=mask3, prev_scores=prev, mask=keras_mask)
+    out, scores = block(x, attention_mask=mask3, prev_scores=prev, mask=keras_mask, output_range=4)
+    ref.assert_close("block/output_range/out", out, ref.to_numpy(full_out)[:, :4], ATOL)
+    ref.assert_close("block/output_range/scores", scores, ref.to_numpy(full_scores)[:, :, :4], ATOL)
+
+
 # ----------------------------------------------------------------- decoder block
 @pytest.mark.parametrize(
     "layer_norm_type,residual_attention,use_running_mean",

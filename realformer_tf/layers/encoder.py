@@ -29,12 +29,16 @@ class TransformerEncoder(keras.layers.Layer):
       mask: [batch, seq_len] Keras mask; filled in by Keras from `x` (e.g. after
         `keras.layers.Embedding(mask_zero=True)`) and combined with `attention_mask`.
       training: dropout on or off.
+      output_range: the last block computes the first `output_range` positions only
+        (they attend to every position): a classifier needs [CLS] alone, and skipping the
+        other rows of the last block saves ~1/num_layers of the work. None: all.
 
     Returns:
       A dict: `sequence_output` [batch, seq_len, hidden] (after the final LayerNorm, if
       any), `encoder_outputs` (one [batch, seq_len, hidden] per block; the last equals
       `sequence_output`) and `attention_scores` (one carried
       [batch, num_heads, seq_len, seq_len] per block). The outputs keep `x`'s Keras mask.
+      With `output_range` r, the last block's entries have r positions (queries).
 
     Example:
     >>> import keras
@@ -73,15 +77,15 @@ class TransformerEncoder(keras.layers.Layer):
             self.final_layer_norm.build(input_shape)
         super().build(input_shape)
 
-    def call(self, x, attention_mask=None, training=None, mask=None):
+    def call(self, x, attention_mask=None, training=None, mask=None, output_range=None):
         mask = keras_mask_of(x) if mask is None else mask
         encoder_outputs, attention_scores = [], []
         scores = None
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             # A block with residual attention off ignores `prev_scores`.
             x, scores = block(
                 x, attention_mask=attention_mask, prev_scores=scores, training=training,
-                mask=mask,
+                mask=mask, output_range=output_range if i == self.num_layers - 1 else None,
             )
             encoder_outputs.append(x)
             attention_scores.append(scores)

@@ -165,21 +165,23 @@ class _BlockBase(keras.layers.Layer):
             )
 
     # -- sublayer application -----------------------------------------------------------
-    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention):
+    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention, output_range=None):
         """Applies one attention sublayer in the configured LayerNorm arrangement.
 
         `call_attention(h, affine)` runs the attention and returns (output, scores): on
         the raw input (post, `affine` None) or on the standardized input with the
         LayerNorm's (gamma, beta) as `affine`, to fold into its input projections
-        (pre/normformer; `LayerNorm.split_affine`).
+        (pre/normformer; `LayerNorm.split_affine`). With `output_range` r the attention
+        answers the first r queries only, and the residual is `x[:, :r]`.
         """
+        residual = x if output_range is None else x[:, :output_range]
         if self.layer_norm_type == "post":
             out, scores = call_attention(x, None)
-            return layer_norm(x + dropout(out)), scores
+            return layer_norm(residual + dropout(out)), scores
         out, scores = call_attention(*layer_norm.split_affine(x))
         if self.normformer:
             out = post_norm(out)
-        return x + dropout(out), scores
+        return residual + dropout(out), scores
 
     def _feed_forward_sublayer(self, x, training):
         if self.layer_norm_type == "post":
@@ -244,10 +246,14 @@ class TransformerEncoderBlock(_BlockBase):
       training: dropout on or off.
       mask: [batch, seq_len] Keras mask of `x` (filled in by Keras, e.g. after
         `Embedding(mask_zero=True)`); combined with `attention_mask`.
+      output_range: compute the output for the first `output_range` positions only
+        (all positions are still attended to), as Model Garden's `output_range`: a
+        classifier's last block needs only [CLS]. None: every position.
 
     Returns:
       `(output, scores)`: [batch, seq_len, hidden] (keeps `x`'s Keras mask) and the
-      carried [batch, num_heads, seq_len, seq_len] scores for the next block.
+      carried [batch, num_heads, seq_len, seq_len] scores for the next block; with
+      `output_range` r, [batch, r, hidden] and [batch, num_heads, r, seq_len].
 
     Example:
     >>> import numpy as np
@@ -274,13 +280,22 @@ class TransformerEncoderBlock(_BlockBase):
         self._build_feed_forward(input_shape)
         super().build(input_shape)
 
-    def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None):
+    def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None, output_range=None):
         mask = keras_mask_of(x) if mask is None else mask
+        prev_scores = self._prev(prev_scores)
+        query_mask, query_attention_mask = mask, attention_mask
+        if output_range is not None:  # the first queries only; keys and values stay whole
+            first = slice(None, output_range)
+            query_mask = None if mask is None else mask[:, first]
+            if attention_mask is not None and len(attention_mask.shape) > 2:  # [.., query, key]
+                query_attention_mask = attention_mask[..., first, :]
+            prev_scores = None if prev_scores is None else prev_scores[:, :, first]
 
         def call_attention(h, affine):
+            query = h if output_range is None else h[:, :output_range]
             return self.attention(
-                h, h, query_mask=mask, value_mask=mask, attention_mask=attention_mask,
-                prev_scores=self._prev(prev_scores), training=training,
+                query, h, query_mask=query_mask, value_mask=mask, attention_mask=query_attention_mask,
+                prev_scores=prev_scores, training=training,
                 query_affine=affine, value_affine=affine,
             )
 
@@ -290,6 +305,7 @@ class TransformerEncoderBlock(_BlockBase):
             getattr(self, "attention_post_layer_norm", None),
             lambda t: self.attention_dropout_layer(t, training=training),
             call_attention,
+            output_range,
         )
         return self._feed_forward_sublayer(x, training), scores
 

@@ -88,7 +88,9 @@ class BertModel(bert_compat.OriginalBertModelApi, ConfigModel, keras.Model):
         self.pooler.build((None, hidden))
         self.built = True
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, output_range=None):
+        """`output_range`: as `TransformerEncoder`'s (the last layer computes only the
+        first positions; `sequence_output` then has that many)."""
         if not isinstance(inputs, dict) or "input_ids" not in inputs:
             raise ValueError(
                 "BertModel takes a dict with 'input_ids' and optional 'input_mask', 'segment_ids'"
@@ -100,7 +102,7 @@ class BertModel(bert_compat.OriginalBertModelApi, ConfigModel, keras.Model):
         segment_ids = inputs.get("segment_ids")
 
         x = self.embeddings(input_ids, segment_ids, training=training)
-        encoded = self.encoder(x, attention_mask=input_mask, training=training)
+        encoded = self.encoder(x, attention_mask=input_mask, training=training, output_range=output_range)
         pooled = self.pooler(encoded["sequence_output"][:, 0])
         return dict(encoded, pooled_output=pooled)
 
@@ -182,7 +184,10 @@ class BertClassifierModel(_BertWithHead):
         self.classifier.build((None, hidden))
 
     def call(self, inputs, training=None):
-        outputs = self.bert(inputs, training=training)
+        # Only [CLS] reaches the head, so at inference the last layer computes it alone
+        # (same logits, ~1/num_layers less work). Training keeps the full last layer:
+        # the same dropout draws as the BertModel it fine-tunes.
+        outputs = self.bert(inputs, training=training, output_range=None if training else 1)
         pooled = self.dropout(outputs["pooled_output"], training=training)
         return {"logits": self.classifier(pooled), "pooled_output": outputs["pooled_output"]}
 
