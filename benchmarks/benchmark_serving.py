@@ -525,7 +525,9 @@ def markdown_report(result):
         f"Versions: {json.dumps(result['versions'])}; threads (intra, inter): {json.dumps(result['threads'])}.",
         f"Batch 1: {result['requests']} requests per length (other targets {result['variant_requests']}); "
         f"batch {result['batch_size']}: {result['batches']} calls (others {result['variant_batches']}); "
-        f"{result['rounds']} interleaved rounds. Ratios < 1: faster than the baseline.", "",
+        f"{result['rounds']} interleaved rounds. Latency and variant (time) ratios < 1 and "
+        "throughput ratios > 1: faster than the baseline; paired: the median of the "
+        "per-round ratios.", "",
         "Max |probabilities difference| on the same texts: " + ", ".join(f"{k} {v:.1e}" for k, v in eq.items())
         + f" (tolerance {result['tolerance']:g}).", "",
         format_tables(result), ""])

@@ -426,6 +426,21 @@ def test_encoder_block_output_range_with_a_3d_mask_and_keras_mask():
     ref.assert_close("block/output_range/scores", scores, ref.to_numpy(full_scores)[:, :, :4], ATOL)
 
 
+def test_encoder_output_range_keeps_the_first_positions_keras_mask():
+    # After Embedding(mask_zero=True) the output of the first positions carries their
+    # part of the mask, not the whole input's.
+    from realformer_tf.layers.masking import keras_mask_of
+
+    ids = np.array([[5, 6, 7, 0, 0], [5, 0, 0, 0, 0]], np.int32)
+    x = keras.layers.Embedding(20, H, mask_zero=True)(ids)
+    out = TransformerEncoder(num_layers=2, num_heads=N, intermediate_size=I)(x, output_range=2)
+    for key in ("sequence_output",):
+        mask = keras_mask_of(out[key])
+        assert mask is not None and tuple(mask.shape) == (2, 2), key
+        np.testing.assert_array_equal(ref.to_numpy(mask), [[True, True], [True, False]])
+    assert tuple(keras_mask_of(out["encoder_outputs"][0]).shape) == (2, 5)
+
+
 # ----------------------------------------------------------------- decoder block
 @pytest.mark.parametrize(
     "layer_norm_type,residual_attention,use_running_mean",

@@ -77,3 +77,13 @@ def keras_mask_of(x):
     from keras.src.backend import get_keras_mask  # no public getter in Keras 3.15
 
     return get_keras_mask(x)
+
+
+def set_keras_mask(x, mask):
+    """Attaches the Keras `mask` to `x` (as `keras_mask_of` reads it): for an output
+    whose positions differ from the input's (e.g. `output_range`), so that Keras does not
+    give it the input's mask."""
+    from keras.src.backend import set_keras_mask as _set  # no public setter in Keras 3.15
+
+    _set(x, mask)
+    return x

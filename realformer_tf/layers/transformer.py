@@ -20,7 +20,7 @@ from realformer_tf.layers.normalization import LayerNorm
 from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import HEAD_SCALE_POSITIONS, ResidualMultiHeadAttention
 from realformer_tf.layers.dropout import Dropout
-from realformer_tf.layers.masking import keras_mask_of
+from realformer_tf.layers.masking import keras_mask_of, set_keras_mask
 from realformer_tf.layers.weights import WeightOptions
 
 LAYER_NORM_TYPES = ("post", "pre", "normformer")
@@ -307,7 +307,10 @@ class TransformerEncoderBlock(_BlockBase):
             call_attention,
             output_range,
         )
-        return self._feed_forward_sublayer(x, training), scores
+        output = self._feed_forward_sublayer(x, training)
+        if output_range is not None and mask is not None:  # the output's own positions
+            set_keras_mask(output, query_mask)
+        return output, scores
 
     def compute_mask(self, x, previous_mask=None):
         """The output keeps the input's Keras mask; the scores carry none."""
