@@ -542,6 +542,8 @@ def main(argv=None):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "w") as f:
                 f.write(text + "\n")
+    if args.json_out and os.path.exists(args.json_out + ".partial"):
+        os.remove(args.json_out + ".partial")  # the whole result is written: drop the partial one
     print(json.dumps(result, separators=(",", ":")))
 
 

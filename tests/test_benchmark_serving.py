@@ -21,6 +21,7 @@ def test_quick_run_end_to_end(tmp_path):
     proc = run_script("benchmarks/benchmark_serving.py", "--quick", "--json_out", out,
                       "--markdown_out", tmp_path / "serving.md", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "serving.json.partial").exists()  # replaced by the whole result
     result = json.loads(out.read_text())
     eq = result["equality_max_abs_diff"]
     # Ours vs transformers, and each lever's export vs its baseline: the same probabilities.
