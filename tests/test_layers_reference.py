@@ -441,6 +441,17 @@ def test_encoder_output_range_keeps_the_first_positions_keras_mask():
     assert tuple(keras_mask_of(out["encoder_outputs"][0]).shape) == (2, 5)
 
 
+def test_encoder_output_range_in_a_functional_model():
+    # Symbolic shapes follow `output_range`, and the model computes what they promise.
+    ids = keras.Input(shape=(None,), dtype="int32")
+    x = keras.layers.Embedding(20, H)(ids)
+    out = TransformerEncoder(num_layers=2, num_heads=N, intermediate_size=I)(x, output_range=1)
+    assert tuple(out["sequence_output"].shape) == (None, 1, H)
+    assert tuple(out["attention_scores"][-1].shape) == (None, N, 1, None)
+    model = keras.Model(ids, keras.layers.Dense(3)(keras.layers.Flatten()(out["sequence_output"])))
+    assert tuple(model(np.ones((2, 6), np.int32)).shape) == (2, 3)
+
+
 # ----------------------------------------------------------------- decoder block
 @pytest.mark.parametrize(
     "layer_norm_type,residual_attention,use_running_mean",

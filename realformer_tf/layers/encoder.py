@@ -5,7 +5,7 @@ import keras
 from realformer_tf.layers.normalization import LayerNorm
 
 from realformer_tf.layers.masking import keras_mask_of
-from realformer_tf.layers.transformer import TransformerEncoderBlock, pop_block_options
+from realformer_tf.layers.transformer import TransformerEncoderBlock, first_rows_spec, pop_block_options
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
@@ -97,6 +97,15 @@ class TransformerEncoder(keras.layers.Layer):
             "encoder_outputs": encoder_outputs,
             "attention_scores": attention_scores,
         }
+
+    def compute_output_spec(self, x, *args, output_range=None, **kwargs):
+        spec = super().compute_output_spec(x, *args, **kwargs)
+        if output_range is None:
+            return spec
+        last = first_rows_spec(spec["sequence_output"], 1, output_range)
+        scores = spec["attention_scores"]
+        return dict(spec, sequence_output=last, encoder_outputs=spec["encoder_outputs"][:-1] + [last],
+                    attention_scores=scores[:-1] + [first_rows_spec(scores[-1], 2, output_range)])
 
     def compute_mask(self, x, previous_mask=None):
         """Outputs keep the input's Keras mask; the scores carry none."""

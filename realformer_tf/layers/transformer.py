@@ -55,6 +55,15 @@ def pop_block_options(kwargs):
     return options, WeightOptions.pop_from(kwargs, options["initializer_range"])
 
 
+def first_rows_spec(spec, axis, output_range):
+    """The symbolic `spec` (a KerasTensor) with its `axis` cut to the first
+    `output_range` positions, as the call computes them. (TensorFlow's slice of an
+    unknown length has an unknown length, so the symbolic shape is set here.)"""
+    length = spec.shape[axis]
+    rows = output_range if length is None else min(output_range, length)
+    return keras.KerasTensor(spec.shape[:axis] + (rows,) + spec.shape[axis + 1:], dtype=spec.dtype)
+
+
 def check_choice(name, value, choices, error=ValueError):
     """Raises `error` unless `value` is one of the strings `choices`."""
     if not isinstance(value, str) or value not in choices:
@@ -318,6 +327,13 @@ class TransformerEncoderBlock(_BlockBase):
 
     def compute_output_shape(self, x_shape):
         return x_shape, (x_shape[0], self.num_heads, x_shape[1], x_shape[1])
+
+    def compute_output_spec(self, x, *args, output_range=None, **kwargs):
+        # compute_output_shape cannot see `output_range`: cut the query axis here.
+        output, scores = super().compute_output_spec(x, *args, **kwargs)
+        if output_range is None:
+            return output, scores
+        return first_rows_spec(output, 1, output_range), first_rows_spec(scores, 2, output_range)
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
