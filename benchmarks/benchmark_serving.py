@@ -497,11 +497,11 @@ def format_tables(result):
         ratios = [_paired_ratio(rows, key, n, "ours") or _time_ratio(rows, key, n, "ours")
                   for n in ("realformer", "normformer", "etc")]
         fmt = lambda r: "-" if r is None else f"{r:.2f}x"  # noqa: E731
-        paired = _paired_ratio(rows, key, "ours", "transformers")
-        if batch == "1":
+        if batch == "1":  # paired latency: ours / transformers'
+            paired = _paired_ratio(rows, key, "ours", "transformers")
             cells = [f"p50 {o['p50_ms']:.1f} / p99 {o['p99_ms']:.1f} ms", f"p50 {h['p50_ms']:.1f} / p99 {h['p99_ms']:.1f} ms",
                      f"{o['p50_ms'] / h['p50_ms']:.2f}x latency"]
-        else:  # paired as throughput: transformers' time / ours
+        else:  # paired throughput: transformers' time / ours
             paired = _paired_ratio(rows, key, "transformers", "ours")
             cells = [f"{o['sentences_per_s']:.1f} sent/s", f"{h['sentences_per_s']:.1f} sent/s",
                      f"{o['sentences_per_s'] / h['sentences_per_s']:.2f}x throughput"]
