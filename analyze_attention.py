@@ -22,25 +22,30 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
 
-from absl import app, flags
+import sys
 
+from absl import flags
+
+from realformer_tf import app
 from realformer_tf.jobs import cli
 
-flags.DEFINE_string("checkpoints", None, "Comma-separated checkpoint prefixes or directories.")
-flags.DEFINE_string("labels", None, "Comma-separated legend labels, one per checkpoint "
-                    "(default: each checkpoint's directory name).")
-flags.DEFINE_string("bert_config_files", None, "Comma-separated bert_config.json files, one per "
-                    "checkpoint (default: bert_config.json beside each checkpoint).")
-flags.DEFINE_string("input_file", None, "Pretraining TFRecords (a file, glob or comma-separated list).")
-flags.DEFINE_string("text_file", None, "Raw text instead of --input_file: one sentence per line.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab for --text_file.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case --text_file (uncased models).")
-flags.DEFINE_integer("max_seq_length", 128, "Sequence length of the records / padded text.")
-flags.DEFINE_integer("num_examples", 1024, "Held-out examples per checkpoint (the paper used 8192).")
-flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.")
-flags.DEFINE_bool("per_head_plots", True, "Also write entropy_heads.png and jsd_heads.png.")
-flags.DEFINE_string("output_dir", None, "Where the summary and plots are written.")
-FLAGS = flags.FLAGS
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`."""
+    flags.DEFINE_string("checkpoints", None, "Comma-separated checkpoint prefixes or directories.", flag_values=fv)
+    flags.DEFINE_string("labels", None, "Comma-separated legend labels, one per checkpoint "
+                        "(default: each checkpoint's directory name).", flag_values=fv)
+    flags.DEFINE_string("bert_config_files", None, "Comma-separated bert_config.json files, one per "
+                        "checkpoint (default: bert_config.json beside each checkpoint).", flag_values=fv)
+    flags.DEFINE_string("input_file", None, "Pretraining TFRecords (a file, glob or comma-separated list).", flag_values=fv)
+    flags.DEFINE_string("text_file", None, "Raw text instead of --input_file: one sentence per line.", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab for --text_file.", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Lower-case --text_file (uncased models).", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 128, "Sequence length of the records / padded text.", flag_values=fv)
+    flags.DEFINE_integer("num_examples", 1024, "Held-out examples per checkpoint (the paper used 8192).", flag_values=fv)
+    flags.DEFINE_integer("batch_size", 32, "Examples per forward pass.", flag_values=fv)
+    flags.DEFINE_bool("per_head_plots", True, "Also write entropy_heads.png and jsd_heads.png.", flag_values=fv)
+    flags.DEFINE_string("output_dir", None, "Where the summary and plots are written.", flag_values=fv)
 
 
 def _split(value):
@@ -57,8 +62,8 @@ def _default_label(checkpoint):
     return os.path.basename(path) or checkpoint
 
 
-def main(argv):
-    del argv
+def run(FLAGS):  # noqa: N803
+    """The analysis from the parsed flags."""
     from realformer_tf.research import analysis
 
     checkpoints = _split(FLAGS.checkpoints)
@@ -102,7 +107,12 @@ def main(argv):
                                  FLAGS.output_dir, per_head_plots=FLAGS.per_head_plots)
 
 
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status."""
+    return app.run_program(argv, __doc__, define_flags, run, required_flags=["checkpoints", "output_dir"])
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    flags.mark_flags_as_required(["checkpoints", "output_dir"])
-    app.run(cli.run(main))
+    sys.exit(main(sys.argv))

@@ -31,12 +31,13 @@ def _prepare_process():
 
 
 def run(program):
-    """Runs `realformer_tf.app.<program>.main()` in a prepared process."""
+    """Runs `realformer_tf.app.<program>.main(sys.argv)` in a prepared process and exits
+    with its status."""
     _prepare_process()
     if importlib.util.find_spec("tensorflow") is None:
         sys.exit(f"error: {os.path.basename(sys.argv[0])} needs TensorFlow, which is not installed: "
                  "pip install 'realformer_tf[cpu]' (or [gpu]); on a TPU VM, `make install-tpu`")
-    importlib.import_module(f"realformer_tf.app.{program}").main()
+    sys.exit(importlib.import_module(f"realformer_tf.app.{program}").main(sys.argv))
 
 
 def pretrain():

@@ -17,10 +17,11 @@ import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
 
-from absl import app, flags
+from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from realformer_tf import app  # noqa: E402
 from realformer_tf.jobs import cli  # noqa: E402
 from realformer_tf.data.records import InputError  # noqa: E402
 
@@ -91,4 +92,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(cli.run(main))
+    app.run_script_main(main)

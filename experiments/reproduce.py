@@ -60,8 +60,9 @@ if ROOT not in sys.path:
 
 import dataclasses  # noqa: E402
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
+from realformer_tf import app  # noqa: E402
 from realformer_tf.jobs import cli  # noqa: E402
 
 flags.DEFINE_string("output_dir", None, "Where every run, the report and the plots go.")
@@ -379,4 +380,4 @@ def main(argv):
 
 if __name__ == "__main__":
     flags.mark_flag_as_required("output_dir")
-    app.run(cli.run(main))
+    app.run_script_main(main)

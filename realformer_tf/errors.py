@@ -1,5 +1,5 @@
 """Every error a user can cause, in one place. The programs turn each into one `error:`
-line and exit 1 (`realformer_tf.app.run_main`); anything else is a bug and keeps its
+line and exit 1 (`realformer_tf.app.run_program`); anything else is a bug and keeps its
 traceback. Light: importing this module imports nothing else of the package."""
 
 

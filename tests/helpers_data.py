@@ -1,15 +1,22 @@
 """Tiny fixture builders shared by the end-to-end tests: a WordPiece vocab, raw
-pretraining text, a bert_config.json, GLUE TSV files, pretraining TFRecords, and a
-helper to run the repository's scripts in a subprocess.
+pretraining text, a bert_config.json, GLUE TSV files, pretraining TFRecords, and
+`run_script`, which runs a program of the repository in this process (its `main(argv)`)
+or, for the scripts that are not programs of the package, in a subprocess.
 
 Everything is deterministic and small enough to train in seconds on one CPU core.
 """
 
+import contextlib
+import importlib
+import importlib.util
+import io
 import json
 import os
 import random
 import subprocess
 import sys
+import tempfile
+import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -165,11 +172,108 @@ def script_env(**extra):
     return env
 
 
-def run_script(script, *args, timeout=600, env=None):
-    """Runs `python <repo>/<script> args...`; returns the CompletedProcess (text)."""
+def run_script(script, *args, timeout=600, env=None, cwd=ROOT):
+    """Runs the repository's `script` with `args` in `cwd`; returns a CompletedProcess (text).
+
+    A program with `main(argv)` (realformer_tf/app/*, analyze_attention.py) runs in this
+    process, its stdout and stderr captured at the file descriptors (TensorFlow's C++
+    lines included), with `env` set while it runs. Other scripts (experiments/,
+    benchmarks/) run in a subprocess, as does any test of the process boundary itself
+    (`run_subprocess`).
+    """
+    main = program_main(script)
+    if main is None:
+        return run_subprocess(script, *args, timeout=timeout, env=env, cwd=cwd)
+    argv = [script, *[str(a) for a in args]]
+    with _environment(env or {}), _working_directory(cwd), captured_output() as output:
+        try:
+            status = main(argv)
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else 1
+        except Exception:  # a bug: as a process, a traceback and exit 1
+            traceback.print_exc()
+            status = 1
+    return subprocess.CompletedProcess(argv, int(status or 0), output["stdout"], output["stderr"])
+
+
+def program_main(script):
+    """The `main(argv)` behind a repository script, or None for a script that is not a
+    program (it then runs in a subprocess)."""
+    name = os.path.splitext(os.path.basename(script))[0]
+    if os.path.dirname(script) == "" and importlib.util.find_spec(f"realformer_tf.app.{name}") is not None:
+        return importlib.import_module(f"realformer_tf.app.{name}").main
+    if script == "analyze_attention.py":
+        spec = importlib.util.spec_from_file_location("analyze_attention", os.path.join(ROOT, script))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.main
+    return None
+
+
+def run_subprocess(script, *args, timeout=600, env=None, cwd=ROOT):
+    """Runs `python <repo>/<script> args...` in a fresh interpreter; returns the
+    CompletedProcess (text). `env` is the whole environment (default `script_env()`)."""
     cmd = [sys.executable, os.path.join(ROOT, script), *[str(a) for a in args]]
-    return subprocess.run(cmd, cwd=ROOT, env=env or script_env(), capture_output=True, text=True,
+    return subprocess.run(cmd, cwd=cwd, env=env or script_env(), capture_output=True, text=True,
                           timeout=timeout)
+
+
+@contextlib.contextmanager
+def captured_output():
+    """Captures what is written to stdout and stderr, from Python and from C++ alike
+    (file descriptors 1 and 2); yields a dict that holds both texts on exit."""
+    output = {}
+    streams = sys.stdout, sys.stderr
+    for stream in streams:
+        stream.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", line_buffering=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", line_buffering=True)
+        try:
+            yield output
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdout, sys.stderr = streams
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            for name, f in (("stdout", out), ("stderr", err)):
+                f.seek(0)
+                output[name] = f.read().decode("utf-8", "replace")
+
+
+@contextlib.contextmanager
+def _environment(values):
+    """os.environ with `values` set (None: removed), restored afterwards."""
+    previous = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = str(value)
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def _working_directory(path):
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def flags(**values):

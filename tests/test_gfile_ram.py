@@ -4,32 +4,21 @@
 --export_dir on ram://. A plain open() or os call would fail to find an input, or
 write a local folder named "ram:" in the working directory, which must stay empty.
 
-ram:// lives in one process, so each case is a subprocess that copies the inputs,
-parses the script's absl flags and calls its main() in-process. ram:// renames a
-folder without its files, where gs:// moves every file under it (the SavedModel export
-writes a temporary folder and renames it): the subprocess renames ram:// folders file by
-file, as GCS does.
+ram:// lives in one process, so each case copies the inputs and runs the program's
+main(argv) in this process. ram:// renames a folder without its files, where gs:// moves
+every file under it (the SavedModel export writes a temporary folder and renames it):
+`gcs_like_rename` renames ram:// folders file by file, as GCS does.
 """
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+import tensorflow as tf
 
 import helpers_data as h
 
 MAX_SEQ, MAX_PRED = 24, 4
-
-DRIVER = r"""
-import importlib, json, os, sys
-case = json.loads(sys.argv[1])
-sys.path.insert(0, case["root"])
-import tensorflow as tf
-from absl import flags
-
-_rename = tf.io.gfile.rename
 
 
 def files_under(folder):
@@ -39,33 +28,25 @@ def files_under(folder):
         yield from files_under(path) if tf.io.gfile.isdir(path + "/") else [path]
 
 
-def rename(src, dst, overwrite=False):
-    # GCS renames a folder object by object; ram:// would keep only the folder's name.
-    if not (src.startswith("ram://") and tf.io.gfile.isdir(src + "/")):
-        return _rename(src, dst, overwrite)
-    for path in list(files_under(src)):  # (ram:// cannot rmtree such a folder either)
-        tf.io.gfile.makedirs(os.path.dirname(dst + path[len(src):]))
-        tf.io.gfile.copy(path, dst + path[len(src):], overwrite)
-        tf.io.gfile.remove(path)
+@pytest.fixture()
+def gcs_like_rename(monkeypatch):
+    """tf.io.gfile.rename of a ram:// folder moves its files one by one, as GCS does
+    (ram:// alone would keep only the folder's name)."""
+    rename = tf.io.gfile.rename
 
+    def rename_folder_by_files(src, dst, overwrite=False):
+        if not (src.startswith("ram://") and tf.io.gfile.isdir(src + "/")):
+            return rename(src, dst, overwrite)
+        for path in list(files_under(src)):  # (ram:// cannot rmtree such a folder either)
+            tf.io.gfile.makedirs(os.path.dirname(dst + path[len(src):]))
+            tf.io.gfile.copy(path, dst + path[len(src):], overwrite)
+            tf.io.gfile.remove(path)
 
-tf.io.gfile.rename = rename
-for local, remote in case["copies"]:
-    tf.io.gfile.makedirs(os.path.dirname(remote))
-    tf.io.gfile.copy(local, remote, overwrite=True)
-if case.get("prepare") == "classifier_checkpoint":
-    from realformer_tf import modeling
-    from realformer_tf.checkpoints import bert as bert_checkpoint
-    config = modeling.BertConfig.from_json_file("ram://in/bert_config.json")
-    model = modeling.BertClassifierModel(config, num_labels=2)
-    model._ensure_built()
-    bert_checkpoint.save_bert_checkpoint(model, "ram://in/ckpt/bert_model.ckpt")
-module = importlib.import_module("realformer_tf.app." + case["script"])  # the program behind the script
-flags.FLAGS([case["script"]] + case["argv"])
-module._main([case["script"]])
-files = sorted(files_under("ram://out"))
-print("RAM_FILES=" + json.dumps(files))
-"""
+    monkeypatch.setattr(tf.io.gfile, "rename", rename_folder_by_files)
+    yield
+    for folder in ("ram://in", "ram://out"):  # ram:// lives as long as the process
+        for path in list(files_under(folder)):
+            tf.io.gfile.remove(path)
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +75,28 @@ def _write_squad(path):
 
 
 def _run(tmp_path, script, copies, prepare=None, **flag_values):
-    """Runs `script`'s main with `flag_values` in a subprocess whose working directory
-    is an empty folder; returns the files under ram://out."""
+    """Runs `script`'s main with `flag_values` in this process, its working directory an
+    empty folder; returns the files under ram://out."""
     work = tmp_path / "cwd"
     work.mkdir()
-    case = dict(root=h.ROOT, script=script, argv=h.flags(**flag_values), prepare=prepare,
-                copies=[(local, remote) for local, remote in copies])
-    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(case)], cwd=work, env=h.script_env(),
-                          capture_output=True, text=True, timeout=900)
+    for local, remote in copies:
+        tf.io.gfile.makedirs(os.path.dirname(remote))
+        tf.io.gfile.copy(local, remote, overwrite=True)
+    if prepare == "classifier_checkpoint":
+        _write_classifier_checkpoint("ram://in/bert_config.json", "ram://in/ckpt/bert_model.ckpt")
+    proc = h.run_script(f"{script}.py", *h.flags(**flag_values), cwd=str(work))
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
     assert os.listdir(work) == [], f"{script} wrote local files: {os.listdir(work)}"
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("RAM_FILES="))
-    return [p[len("ram://out/"):] for p in json.loads(line[len("RAM_FILES="):])]
+    return [p[len("ram://out/"):] for p in sorted(files_under("ram://out"))]
+
+
+def _write_classifier_checkpoint(config_path, prefix):
+    from realformer_tf import modeling
+    from realformer_tf.checkpoints import bert as bert_checkpoint
+
+    model = modeling.BertClassifierModel(modeling.BertConfig.from_json_file(config_path), num_labels=2)
+    model._ensure_built()
+    bert_checkpoint.save_bert_checkpoint(model, prefix)
 
 
 def _has(files, *names):
@@ -118,7 +109,7 @@ def _model_copies(inputs):
 
 
 @pytest.mark.slow
-def test_pretraining_on_ram(inputs, tmp_path):
+def test_pretraining_on_ram(inputs, tmp_path, gcs_like_rename):
     files = _run(tmp_path, "run_pretraining", [(inputs["records"], "ram://in/records.tfrecord"), *_model_copies(inputs)],
                  input_file="ram://in/records.tfrecord", output_dir="ram://out", bert_config_file="ram://in/bert_config.json",
                  do_train=True, do_eval=True, max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
@@ -129,7 +120,7 @@ def test_pretraining_on_ram(inputs, tmp_path):
 
 
 @pytest.mark.slow
-def test_classifier_with_export_on_ram(inputs, tmp_path):
+def test_classifier_with_export_on_ram(inputs, tmp_path, gcs_like_rename):
     glue = [(os.path.join(inputs["glue"], n), f"ram://in/MRPC/{n}") for n in ("train.tsv", "dev.tsv", "test.tsv")]
     files = _run(tmp_path, "run_classifier", [*glue, *_model_copies(inputs)],
                  task_name="MRPC", data_dir="ram://in/MRPC", vocab_file="ram://in/vocab.txt",
@@ -141,7 +132,7 @@ def test_classifier_with_export_on_ram(inputs, tmp_path):
 
 
 @pytest.mark.slow
-def test_squad_on_ram(inputs, tmp_path):
+def test_squad_on_ram(inputs, tmp_path, gcs_like_rename):
     files = _run(tmp_path, "run_squad", [(inputs["squad"], "ram://in/squad.json"), *_model_copies(inputs)],
                  vocab_file="ram://in/vocab.txt", bert_config_file="ram://in/bert_config.json",
                  output_dir="ram://out", train_file="ram://in/squad.json", predict_file="ram://in/squad.json",
@@ -151,7 +142,7 @@ def test_squad_on_ram(inputs, tmp_path):
 
 
 @pytest.mark.slow
-def test_export_saved_model_on_ram(inputs, tmp_path):
+def test_export_saved_model_on_ram(inputs, tmp_path, gcs_like_rename):
     files = _run(tmp_path, "export_saved_model", _model_copies(inputs), prepare="classifier_checkpoint",
                  bert_config_file="ram://in/bert_config.json", init_checkpoint="ram://in/ckpt/bert_model.ckpt",
                  vocab_file="ram://in/vocab.txt", task="classifier", max_seq_length=MAX_SEQ, export_dir="ram://out")

@@ -4,7 +4,8 @@ weights of an uninterrupted run (same --seed: the data order is replayed and the
 dropout seeds are checkpointed).
 
 Every kill is a real SIGKILL of a run_*.py subprocess, at a random step (plus a random
-delay, so some land inside a save) or during start-up. `pytest -s` prints the tally.
+delay, so some land inside a save) or during start-up; the runs that finish run in this
+process. `pytest -s` prints the tally.
 """
 
 import os
@@ -31,10 +32,12 @@ def _command(script, args):
 
 
 def _run_to_completion(script, args, log_path):
+    """The uninterrupted runs (the reference, and the last rerun after the kills) run in
+    this process; only the runs that are killed need a process of their own."""
+    proc = h.run_script(script, *args)
+    text = proc.stdout + proc.stderr
     with open(log_path, "w") as log:
-        proc = subprocess.run(_command(script, args), cwd=h.ROOT, env=h.script_env(PYTHONUNBUFFERED="1"),
-                              stdout=log, stderr=subprocess.STDOUT, timeout=600)
-    text = open(log_path).read()
+        log.write(text)
     assert proc.returncode == 0, f"{script} failed ({proc.returncode}):\n{text[-3000:]}"
     return text
 

@@ -1,57 +1,98 @@
-"""The command-line programs, one module each: its absl flags and `main()`.
+"""The command-line programs, one module each: `define_flags(flag_values)` and
+`main(argv) -> int`.
 
-`main()` is what the installed console scripts run (`realformer-pretrain`, ...: see
-`realformer_tf_launch`, which prepares the process before Keras is imported) and what
-the repository's top-level scripts (`run_pretraining.py`, ...) call. The flags are the
+Each program defines its flags on a `flags.FlagValues` of its own, made anew by every
+`main(argv)` call, so the programs import side by side in one process and `main` runs
+any number of times there with different flags (a notebook, a test, a pipeline). The
+installed console scripts (`realformer-pretrain`, ...: see `realformer_tf_launch`,
+which prepares the process before Keras is imported) and the repository's top-level
+scripts (`run_pretraining.py`, ...) call `sys.exit(main(sys.argv))`. The flags are the
 original google-research/bert ones; everything below this package takes plain options.
 """
 
+import contextlib
 import os
 import sys
 import tempfile
 
-from absl import app as absl_app
 from absl import flags
+from absl import logging
 
-from realformer_tf.jobs import cli
-from realformer_tf.errors import require_tensorflow_backend
+from realformer_tf.errors import UserError, require_tensorflow_backend
 
 # Where the GPU driver exposes its devices; without them TensorFlow's CUDA probe can only fail.
 _NVIDIA_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
 _HELP_FLAGS = ("--help", "-help", "--helpfull", "--helpshort", "--helpxml", "-h", "-?")
 _CUDA_PROBE_NOISE = ("failed call to cuInit", "Could not find cuda drivers")
 
+# Errors a user can cause (config, checkpoint, input, divergence, flags: all UserError);
+# anything else is a bug and keeps its traceback.
+USER_ERRORS = (UserError,)
 
-def run_main(main, doc, required_flags=()):
-    """Runs an absl `main(argv)` as a TensorFlow job.
+
+def run_program(argv, doc, define_flags, job, required_flags=(), needs_tensorflow=True):
+    """Parses `argv` into a fresh FlagValues and runs `job(flag_values)`.
 
     Args:
-      main: the program's `main(argv)`.
-      doc: its module docstring, shown by `--help` (absl reads `__main__`'s, which for a
-        console script is pip's generated wrapper).
-      required_flags: flags absl must see on the command line.
+      argv: the command line, program name first (`sys.argv` when None).
+      doc: the program's module docstring, printed by `--help`.
+      define_flags: `define_flags(flag_values)`, the program's flags.
+      job: `job(flag_values)`; returns None (success) or an exit status. A UserError
+        it raises becomes one `error:` line on stderr and status 1.
+      required_flags: flags that must be given.
+      needs_tensorflow: whether the job runs Keras on TensorFlow (checked first).
+
+    Returns:
+      The exit status: 0 on success or help, 1 for a user error (bad flags included).
     """
-    main_module = sys.modules.get("__main__")
-    if main_module is not None and not getattr(main_module, "__doc__", None):
-        main_module.__doc__ = doc
-    for name in required_flags:
-        flags.mark_flag_as_required(name)
-    start_devices_quietly()  # before absl's run: TensorFlow's after-init hook lists the GPUs
+    argv = list(sys.argv if argv is None else argv)
+    program = os.path.basename(argv[0]) if argv else "program"
+    flag_values = program_flags(define_flags, required_flags)
+    if any(arg.split("=")[0] in _HELP_FLAGS for arg in argv[1:]):
+        print(f"{doc.strip()}\n\nFlags:\n{flag_values.get_help()}")
+        return 0
     try:
-        absl_app.run(cli.run(_as_tensorflow_job(main)))
-    except SystemExit as exit_:
-        # absl exits 1 after printing the help it was asked for; asking is not an error.
-        if exit_.code == 1 and any(arg.split("=")[0] in _HELP_FLAGS for arg in sys.argv[1:]):
-            sys.exit(0)
-        raise
+        flag_values(argv)
+    except flags.Error as e:
+        print(f"error: {e} (see {program} --helpfull)", file=sys.stderr)
+        return 1
+    with _logging_verbosity(flag_values["verbosity"].value):
+        try:
+            if needs_tensorflow:
+                start_devices_quietly()
+                require_tensorflow_backend(program)  # one BackendError line otherwise
+            status = job(flag_values)
+        except USER_ERRORS as e:
+            if flag_values["verbosity"].present:
+                logging.error("%s", e)
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    return int(status or 0)
 
 
-def _as_tensorflow_job(main):
-    def job(argv):
-        require_tensorflow_backend(os.path.basename(sys.argv[0]) or "This program")  # one BackendError line otherwise
-        return main(argv)
+def program_flags(define_flags, required_flags=()):
+    """A new FlagValues with the program's flags and `--verbosity`, not yet parsed."""
+    flag_values = flags.FlagValues()
+    define_flags(flag_values)
+    flags.DEFINE_integer("verbosity", None, "absl logging verbosity for this run (0: INFO, 1: DEBUG); "
+                         "default: warnings and errors only (the programs print their own progress).",
+                         flag_values=flag_values)
+    flags.mark_flags_as_required(list(required_flags), flag_values=flag_values)
+    return flag_values
 
-    return job
+
+@contextlib.contextmanager
+
+
+def _logging_verbosity(verbosity):
+    """absl's verbosity for the run (WARNING unless asked), restored afterwards: orbit and
+    the programs print their progress, and absl INFO would repeat it."""
+    previous = logging.get_verbosity()
+    logging.set_verbosity(logging.WARNING if verbosity is None else verbosity)
+    try:
+        yield
+    finally:
+        logging.set_verbosity(previous)
 
 
 def has_nvidia_device():
@@ -85,3 +126,21 @@ def start_devices_quietly():
         for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
             if not any(noise in line for noise in _CUDA_PROBE_NOISE):
                 sys.stderr.write(line)
+
+
+def run_script_main(main):
+    """absl's `app.run(main)` for a research script that keeps absl's global FLAGS (it is
+    only ever run as `__main__`, never imported): a UserError prints one `error:` line
+    and exits 1."""
+    from absl import app as absl_app
+
+    def wrapped(argv):
+        if not flags.FLAGS["verbosity"].present:
+            logging.set_verbosity(logging.WARNING)
+        try:
+            return main(argv)
+        except USER_ERRORS as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(1)
+
+    absl_app.run(wrapped)

@@ -30,27 +30,29 @@ from realformer_tf.jobs import outputs
 from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.families import MODEL_TYPES, get_family
 
-flags.DEFINE_string("bert_config_file", None,
-                    "The model's bert_config.json (default: a Hugging Face input folder's config.json).")
-flags.DEFINE_string("input_checkpoint", None,
-                    "Training checkpoint prefix or its directory (latest), an original-named "
-                    "checkpoint, or a Hugging Face BERT folder.")
-flags.DEFINE_string("output_checkpoint", None,
-                    "Prefix of the original-named checkpoint, or the Hugging Face folder, to write.")
-flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
-                  "checkpoint: original-named TF1 checkpoint; hf: Hugging Face folder.")
-flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.")
-flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).")
-flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")
-flags.DEFINE_bool("hf_allow_variant", False,
-                  "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
-                  "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
-                  "refuses and only realformer_tf reads (default: refused).")
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`."""
+    flags.DEFINE_string("bert_config_file", None,
+                        "The model's bert_config.json (default: a Hugging Face input folder's config.json).", flag_values=fv)
+    flags.DEFINE_string("input_checkpoint", None,
+                        "Training checkpoint prefix or its directory (latest), an original-named "
+                        "checkpoint, or a Hugging Face BERT folder.", flag_values=fv)
+    flags.DEFINE_string("output_checkpoint", None,
+                        "Prefix of the original-named checkpoint, or the Hugging Face folder, to write.", flag_values=fv)
+    flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
+                      "checkpoint: original-named TF1 checkpoint; hf: Hugging Face folder.", flag_values=fv)
+    flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.", flag_values=fv)
+    flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).", flag_values=fv)
+    flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).", flag_values=fv)
+    flags.DEFINE_bool("hf_allow_variant", False,
+                      "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
+                      "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
+                      "refuses and only realformer_tf reads (default: refused).", flag_values=fv)
 
 
-def _main(argv):
-    del argv
-    f = flags.FLAGS
+def run(f):
+    """The conversion from the parsed flags `f`."""
     if f.output_format == "hf":  # a folder
         outputs.check_output_dir(f.output_checkpoint, "--output_checkpoint")
     else:  # prefix.index, prefix.data-*
@@ -77,6 +79,8 @@ def _main(argv):
     print(f"Converted {source} -> {written}")
 
 
-def main():
-    """Console-script entry point (see realformer_tf_launch)."""
-    app.run_main(_main, __doc__, required_flags=['input_checkpoint', 'output_checkpoint'])
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status. Callable any number of times in one process."""
+    return app.run_program(argv, __doc__, define_flags, run,
+                           required_flags=["input_checkpoint", "output_checkpoint"])

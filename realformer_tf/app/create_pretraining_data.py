@@ -29,7 +29,26 @@ from realformer_tf.data.text_files import check_utf8
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.fileio import commit, temporary_name
 
-FLAGS = flags.FLAGS
+
+def define_flags(fv):
+    """The original create_pretraining_data.py flags (and Model Garden's output options)
+    on the FlagValues `fv`."""
+    flags.DEFINE_string("input_file", None, "Input raw text file (or comma-separated list of files; globs too).", flag_values=fv)
+    flags.DEFINE_string("output_file", None, "Output TF example file (or comma-separated list of files).", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True for "
+                      "uncased models and False for cased models.", flag_values=fv)
+    flags.DEFINE_bool("do_whole_word_mask", False, "Whether to use whole word masking rather than per-WordPiece masking.", flag_values=fv)
+    flags.DEFINE_integer("max_ngram_size", None, "Mask contiguous whole words (n-grams) of up to this many words.", flag_values=fv)
+    flags.DEFINE_bool("gzip_compress", False, "Whether to use `GZIP` compress option to get compressed TFRecord files.", flag_values=fv)
+    flags.DEFINE_bool("use_v2_feature_names", False, "Whether to use the feature names consistent with the models.", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.", flag_values=fv)
+    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.", flag_values=fv)
+    flags.DEFINE_integer("dupe_factor", 10, "Number of times to duplicate the input data (with different masks).", flag_values=fv)
+    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.", flag_values=fv)
+    flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences which are shorter than the "
+                       "maximum length.", flag_values=fv)
 
 
 class _Progress:
@@ -72,7 +91,8 @@ def _counted(items, progress):
         yield item
 
 
-def _main(_):
+def run(FLAGS):  # noqa: N803 (the original script's name for its flags)
+    """Creates the records from the parsed flags."""
     for path in (FLAGS.output_file or "").split(","):
         if path.strip():
             outputs.check_output_file(path.strip(), "--output_file")  # before the text is read
@@ -113,6 +133,8 @@ def _main(_):
     print(f"Wrote {len(instances)} examples to {', '.join(output_files)}", flush=True)
 
 
-def main():
-    """Console-script entry point (see realformer_tf_launch)."""
-    app.run_main(_main, __doc__, required_flags=['input_file', 'output_file', 'vocab_file'])
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status. Callable any number of times in one process."""
+    return app.run_program(argv, __doc__, define_flags, run,
+                           required_flags=["input_file", "output_file", "vocab_file"])

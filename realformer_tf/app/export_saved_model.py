@@ -25,27 +25,30 @@ from realformer_tf.data import glue
 from realformer_tf.families import MODEL_TYPES, get_family
 from realformer_tf.jobs.runner import RunOptions
 
-flags.DEFINE_string("bert_config_file", None, "The config json file of the model.")
-flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).")
-flags.DEFINE_integer("etc_tokens_per_global", 16, "ETC only: long tokens per global token, as in training.")
-flags.DEFINE_string("init_checkpoint", None,
-                    "The fine-tuned checkpoint: an original-named one (e.g. output_dir/bert_model.ckpt), "
-                    "one of our training checkpoints, or a directory (its latest checkpoint).")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file the model was trained with.")
-flags.DEFINE_bool("do_lower_case", True, "Whether the model was trained on lower-cased text.")
-flags.DEFINE_enum("task", None, export.TASKS,
-                  "The model's head; default: taken from the checkpoint (output_weights: classifier, "
-                  "cls/squad: squad, neither: encoder).")
-flags.DEFINE_string("task_name", None, "A GLUE/XNLI task (e.g. MRPC): take its labels (STS-B: regression).")
-flags.DEFINE_list("label_names", None, "Comma-separated label names, in label-id order.")
-flags.DEFINE_integer("num_labels", None, "Number of labels (names 0..n-1) when no names are given; "
-                     "default: from the checkpoint's output_weights.")
-flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated as in training.")
-flags.DEFINE_integer("max_query_length", 64, "squad: the question's WordPiece budget, as in run_squad.py.")
-flags.DEFINE_bool("pad_to_max_seq_length", False,
-                  "Pad every batch to max_seq_length (static shapes) instead of to its longest row.")
-flags.DEFINE_string("export_dir", None, "TF Serving model base directory; the model goes to export_dir/<version>.")
-flags.DEFINE_integer("version", None, "Version number (default: the next free integer under export_dir).")
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`."""
+    flags.DEFINE_string("bert_config_file", None, "The config json file of the model.", flag_values=fv)
+    flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).", flag_values=fv)
+    flags.DEFINE_integer("etc_tokens_per_global", 16, "ETC only: long tokens per global token, as in training.", flag_values=fv)
+    flags.DEFINE_string("init_checkpoint", None,
+                        "The fine-tuned checkpoint: an original-named one (e.g. output_dir/bert_model.ckpt), "
+                        "one of our training checkpoints, or a directory (its latest checkpoint).", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "The vocabulary file the model was trained with.", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Whether the model was trained on lower-cased text.", flag_values=fv)
+    flags.DEFINE_enum("task", None, export.TASKS,
+                      "The model's head; default: taken from the checkpoint (output_weights: classifier, "
+                      "cls/squad: squad, neither: encoder).", flag_values=fv)
+    flags.DEFINE_string("task_name", None, "A GLUE/XNLI task (e.g. MRPC): take its labels (STS-B: regression).", flag_values=fv)
+    flags.DEFINE_list("label_names", None, "Comma-separated label names, in label-id order.", flag_values=fv)
+    flags.DEFINE_integer("num_labels", None, "Number of labels (names 0..n-1) when no names are given; "
+                         "default: from the checkpoint's output_weights.", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", 128, "Longer inputs are truncated as in training.", flag_values=fv)
+    flags.DEFINE_integer("max_query_length", 64, "squad: the question's WordPiece budget, as in run_squad.py.", flag_values=fv)
+    flags.DEFINE_bool("pad_to_max_seq_length", False,
+                      "Pad every batch to max_seq_length (static shapes) instead of to its longest row.", flag_values=fv)
+    flags.DEFINE_string("export_dir", None, "TF Serving model base directory; the model goes to export_dir/<version>.", flag_values=fv)
+    flags.DEFINE_integer("version", None, "Version number (default: the next free integer under export_dir).", flag_values=fv)
 
 
 def _labels(f, task):
@@ -60,9 +63,8 @@ def _labels(f, task):
     return list(glue_task.labels), f.num_labels, False
 
 
-def _main(argv):
-    del argv
-    f = flags.FLAGS
+def run(f):
+    """The export from the parsed flags `f`."""
     for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
         cli.require(getattr(f, name), f"--{name} is required")
     outputs.check_output_dir(f.export_dir, "--export_dir")  # before the model is built
@@ -88,6 +90,7 @@ def _main(argv):
     print("  " + export.saved_model_cli_command(path, info["task"]), flush=True)
 
 
-def main():
-    """Console-script entry point (see realformer_tf_launch)."""
-    app.run_main(_main, __doc__, required_flags=[])
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status. Callable any number of times in one process."""
+    return app.run_program(argv, __doc__, define_flags, run)

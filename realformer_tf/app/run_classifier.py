@@ -19,27 +19,33 @@ from realformer_tf import app
 from realformer_tf.jobs import cli
 from realformer_tf.jobs.tasks.classifier import ClassifierOptions, run_classifier
 
-flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).")
-flags.DEFINE_string("task_name", None, "The name of the task to train (cola, mnli, mnli-mm, mrpc, "
-                    "xnli, sst-2, qqp, qnli, rte, wnli, sts-b).")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.")
-flags.DEFINE_bool("do_predict", False, "Whether to run the model in inference mode on the test set.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear learning rate warmup.")
-flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
-                    "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
-cli.define_model_flags()
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`: the original script's, then the
+    ones every run_* script takes."""
+    flags.DEFINE_string("data_dir", None, "The input data dir (the task's .tsv files).", flag_values=fv)
+    flags.DEFINE_string("task_name", None, "The name of the task to train (cola, mnli, mnli-mm, mrpc, "
+                        "xnli, sst-2, qqp, qnli, rte, wnli, sts-b).", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text.", flag_values=fv)
+    flags.DEFINE_bool("do_predict", False, "Whether to run the model in inference mode on the test set.", flag_values=fv)
+    flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+    flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+    flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
+    flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.", flag_values=fv)
+    flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training for linear learning rate warmup.", flag_values=fv)
+    flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
+                        "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.", flag_values=fv)
+    cli.define_model_flags(fv)
 
 
-def _main(argv):
-    del argv
-    run_classifier(cli.options(ClassifierOptions))
+def run(fv):
+    """The job from the parsed flags `fv`."""
+    run_classifier(cli.options(ClassifierOptions, fv))
 
 
-def main():
-    """Console-script entry point (see realformer_tf_launch)."""
-    app.run_main(_main, __doc__, required_flags=['data_dir', 'task_name', 'vocab_file', 'bert_config_file', 'output_dir'])
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status. Callable any number of times in one process."""
+    return app.run_program(argv, __doc__, define_flags, run,
+                           required_flags=['data_dir', 'task_name', 'vocab_file', 'bert_config_file', 'output_dir'])

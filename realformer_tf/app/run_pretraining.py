@@ -18,21 +18,27 @@ from realformer_tf import app
 from realformer_tf.jobs import cli
 from realformer_tf.jobs.tasks.pretraining import PretrainingOptions, run_pretraining
 
-flags.DEFINE_string("input_file", None, "Input TF example files (can be a glob or comma separated).")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
-flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-cli.define_model_flags()
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`: the original script's, then the
+    ones every run_* script takes."""
+    flags.DEFINE_string("input_file", None, "Input TF example files (can be a glob or comma separated).", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per sequence.", flag_values=fv)
+    flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+    flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+    flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.", flag_values=fv)
+    flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.", flag_values=fv)
+    flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.", flag_values=fv)
+    cli.define_model_flags(fv)
 
 
-def _main(argv):
-    del argv
-    run_pretraining(cli.options(PretrainingOptions))
+def run(fv):
+    """The job from the parsed flags `fv`."""
+    run_pretraining(cli.options(PretrainingOptions, fv))
 
 
-def main():
-    """Console-script entry point (see realformer_tf_launch)."""
-    app.run_main(_main, __doc__, required_flags=['input_file', 'bert_config_file', 'output_dir'])
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status. Callable any number of times in one process."""
+    return app.run_program(argv, __doc__, define_flags, run,
+                           required_flags=['input_file', 'bert_config_file', 'output_dir'])

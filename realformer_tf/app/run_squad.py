@@ -26,45 +26,51 @@ from realformer_tf import app
 from realformer_tf.jobs import cli
 from realformer_tf.jobs.tasks.squad import SquadOptions, run_squad
 
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
-flags.DEFINE_string("predict_file", None,
-                    "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
-flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
-                  "for uncased models and False for cased models.")
-flags.DEFINE_integer("doc_stride", 128, "When splitting up a long document into chunks, how much "
-                     "stride to take between chunks.")
-flags.DEFINE_integer("max_query_length", 64, "The maximum number of tokens for the question. "
-                     "Questions longer than this will be truncated to this length.")
-flags.DEFINE_bool("do_predict", False, "Whether to run prediction (and evaluation, when the "
-                  "predict file has answers).")
-flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear learning "
-                   "rate warmup for. E.g., 0.1 = 10% of training.")
-flags.DEFINE_integer("n_best_size", 20, "The total number of n-best predictions to generate in "
-                     "the nbest_predictions.json output file.")
-flags.DEFINE_integer("max_answer_length", 30, "The maximum length of an answer that can be "
-                     "generated. This is needed because the start and end predictions are not "
-                     "conditioned on one another.")
-flags.DEFINE_bool("verbose_logging", False, "If true, all of the warnings related to data "
-                  "processing will be printed.")
-flags.DEFINE_bool("version_2_with_negative", False,
-                  "If true, the SQuAD examples contain some that do not have an answer.")
-flags.DEFINE_float("null_score_diff_threshold", 0.0,
-                   "If null_score - best_non_null is greater than the threshold predict null.")
-flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
-                    "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.")
-cli.define_model_flags()
-flags.FLAGS.set_default("max_seq_length", 384)
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`: the original script's, then the
+    ones every run_* script takes."""
+    flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.", flag_values=fv)
+    flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json", flag_values=fv)
+    flags.DEFINE_string("predict_file", None,
+                        "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
+                      "for uncased models and False for cased models.", flag_values=fv)
+    flags.DEFINE_integer("doc_stride", 128, "When splitting up a long document into chunks, how much "
+                         "stride to take between chunks.", flag_values=fv)
+    flags.DEFINE_integer("max_query_length", 64, "The maximum number of tokens for the question. "
+                         "Questions longer than this will be truncated to this length.", flag_values=fv)
+    flags.DEFINE_bool("do_predict", False, "Whether to run prediction (and evaluation, when the "
+                      "predict file has answers).", flag_values=fv)
+    flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+    flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.", flag_values=fv)
+    flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.", flag_values=fv)
+    flags.DEFINE_float("warmup_proportion", 0.1, "Proportion of training to perform linear learning "
+                       "rate warmup for. E.g., 0.1 = 10% of training.", flag_values=fv)
+    flags.DEFINE_integer("n_best_size", 20, "The total number of n-best predictions to generate in "
+                         "the nbest_predictions.json output file.", flag_values=fv)
+    flags.DEFINE_integer("max_answer_length", 30, "The maximum length of an answer that can be "
+                         "generated. This is needed because the start and end predictions are not "
+                         "conditioned on one another.", flag_values=fv)
+    flags.DEFINE_bool("verbose_logging", False, "If true, all of the warnings related to data "
+                      "processing will be printed.", flag_values=fv)
+    flags.DEFINE_bool("version_2_with_negative", False,
+                      "If true, the SQuAD examples contain some that do not have an answer.", flag_values=fv)
+    flags.DEFINE_float("null_score_diff_threshold", 0.0,
+                       "If null_score - best_non_null is greater than the threshold predict null.", flag_values=fv)
+    flags.DEFINE_string("export_dir", None, "If set, also write a SavedModel that serves raw text "
+                        "(TF Serving layout export_dir/<version>) after the run; see export_saved_model.py.", flag_values=fv)
+    cli.define_model_flags(fv)
+    fv.set_default("max_seq_length", 384)
 
 
-def _main(argv):
-    del argv
-    run_squad(cli.options(SquadOptions))
+def run(fv):
+    """The job from the parsed flags `fv`."""
+    run_squad(cli.options(SquadOptions, fv))
 
 
-def main():
-    """Console-script entry point (see realformer_tf_launch)."""
-    app.run_main(_main, __doc__, required_flags=['vocab_file', 'bert_config_file', 'output_dir'])
+def main(argv=None):
+    """Runs the program on `argv` (program name first; default sys.argv); returns the
+    exit status. Callable any number of times in one process."""
+    return app.run_program(argv, __doc__, define_flags, run,
+                           required_flags=['vocab_file', 'bert_config_file', 'output_dir'])

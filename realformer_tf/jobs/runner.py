@@ -137,7 +137,10 @@ class Job:
 
 
 def run_job(job, options, log=say):
-    """Runs `job` (a Job) with `options` (its options_class); returns the Trainer."""
+    """Runs `job` (a Job) with `options` (its options_class); returns the Trainer.
+
+    The seeds and the Keras dtype policy the options ask for hold during the run and are
+    restored when it ends (`distribution.run_settings`)."""
     family = get_family(options.model_type)
     job.log = log
     job.check_options(options)
@@ -145,7 +148,13 @@ def run_job(job, options, log=say):
     check_output_paths(options)  # before anything is read, built or trained
     config = family.load_config(options.bert_config_file, options.max_seq_length)
     config = resolve_variant(job, family, config, options, log)
-    strategy, float16 = setup_strategy(options)
+    with distribution.run_settings(options.seed, options.mixed_precision) as float16:
+        return _run_decided(job, options, family, config, float16, log)
+
+
+def _run_decided(job, options, family, config, float16, log):
+    """run_job once the model is decided, under the run's seeds and dtype policy."""
+    strategy = distribution.strategy_from_options(options)  # TPU problems: one error within tpu_timeout_s
     out_dir = worker_output_dir(options.output_dir, strategy)  # options.output_dir on the chief
     announce(config, strategy, options, log)
     for line in (family.describe_inputs(options), job.describe(options)):
@@ -186,18 +195,6 @@ def check_output_paths(options):
     outputs.check_output_dir(options.output_dir, "--output_dir")
     if options.export_dir:
         outputs.check_output_dir(options.export_dir, "--export_dir")
-
-
-def setup_strategy(options):
-    """Seeds, the mixed-precision policy and the tf.distribute strategy the options
-    name. Returns (strategy, whether float16 loss scaling is needed)."""
-    if options.seed is not None:
-        import keras
-
-        keras.utils.set_random_seed(options.seed)
-    float16 = distribution.set_mixed_precision(options.mixed_precision)
-    strategy = distribution.strategy_from_options(options)  # TPU problems: one error within tpu_timeout_s
-    return strategy, float16
 
 
 def resolve_variant(job, family, config, options, log=say):

@@ -1,9 +1,12 @@
 """tf.distribute strategy and mixed-precision set-up from the scripts' flags."""
 
+import contextlib
 import json
 import os
+import random
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from realformer_tf.errors import require_tensorflow_backend
@@ -69,8 +72,44 @@ def get_strategy(distribution_strategy="auto", tpu=None, tpu_zone=None, gcp_proj
     return tf.distribute.get_strategy()
 
 
+@contextlib.contextmanager
+def run_settings(seed, mixed_precision):
+    """The global settings of one run, restored when it ends: Keras's dtype policy for
+    `mixed_precision`, and Python's, NumPy's, TensorFlow's and Keras's seeds from `seed`
+    (left as they are for None). Yields whether float16 loss scaling is needed.
+
+    Keras reads the policy and the seeds from process-wide state when layers and
+    weights are made, so a run sets them; restoring them afterwards lets a process run
+    several jobs, or a job and then its own code, without inheriting the job's settings.
+    """
+    from keras.src.backend.common import global_state  # the seed Keras keeps (no public getter/setter)
+    from tensorflow.python.eager import context as eager_context  # the seed tf.random.set_seed set
+
+    policy = keras.mixed_precision.global_policy()
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    tf_seed = eager_context.global_seed()
+    keras_seed = {name: global_state.get_global_attribute(name) for name in _KERAS_SEED_STATE}
+    try:
+        if seed is not None:
+            keras.utils.set_random_seed(seed)
+        yield set_mixed_precision(mixed_precision)
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+        if seed is not None:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+            tf.random.set_seed(tf_seed)
+            for name, value in keras_seed.items():
+                global_state.set_global_attribute(name, value)
+
+
+# Keras's global seed and the SeedGenerator made from it (keras.utils.set_random_seed).
+_KERAS_SEED_STATE = ("global_random_seed", "global_seed_generator")
+
+
 def set_mixed_precision(mixed_precision):
-    """Sets the global Keras dtype policy; returns whether float16 loss scaling is needed."""
+    """Sets the global Keras dtype policy; returns whether float16 loss scaling is needed.
+    Jobs call it through `run_settings`, which restores the previous policy."""
     if mixed_precision not in MIXED_PRECISION:
         raise ValueError(
             f"--mixed_precision={mixed_precision!r}; use one of {', '.join(MIXED_PRECISION)}"
