@@ -37,11 +37,16 @@ install-tpu: | $(VENV)/bin/python
 	$(PIP) --no-deps -e .
 	$(PY) tools/check_tpu_install.py
 
-# All tests, the slow end-to-end ones included (what CI runs), then the backend-agnostic
-# layer tests (NumPy reference, Keras user) again on the JAX and PyTorch backends.
+# All tests, the slow end-to-end ones included (what CI runs): two pytest-xdist workers
+# (one test file per worker at a time, so its module fixtures are built once), then the
+# tests that need the machine to themselves (kills, two-process runs, timed bounds:
+# marked `serial`), then the backend-agnostic layer tests (NumPy reference, Keras user)
+# again on the JAX and PyTorch backends.
 BACKEND_TESTS := tests/test_layers_reference.py tests/test_layers_scores.py tests/test_keras_user.py
+PYTEST_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=10 tests
+	$(PY) -m pytest -q -m serial tests
 	KERAS_BACKEND=jax $(PY) -m pytest -q $(BACKEND_TESTS)
 	@if $(PY) -c "import torch" 2>/dev/null; then \
 	    KERAS_BACKEND=torch $(PY) -m pytest -q $(BACKEND_TESTS); \
@@ -49,7 +54,7 @@ test: $(TEST_STAMP)
 
 # Only the fast unit tests, for quick iteration.
 test-fast: $(TEST_STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not serial" tests
 
 demo: $(STAMP)
 	$(PY) demo.py --output_dir=demo_output

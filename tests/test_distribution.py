@@ -142,6 +142,7 @@ def _free_ports(n):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["bert", "etc"])
+@pytest.mark.serial  # two worker processes
 def test_multi_worker_mirrored_two_local_workers(tmp_path, model_type):
     """Two worker processes on this host train together through run_pretraining.py and
     end with identical weights. They share --output_dir, as on a gs:// bucket: the chief

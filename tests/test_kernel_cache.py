@@ -96,6 +96,7 @@ def test_corrupt_cached_library_warns_once_and_matches_kernels_off(tmp_path, bui
     assert loaded and out_rebuilt.split()[1:] and os.path.getsize(path) == os.path.getsize(built_library)
 
 
+@pytest.mark.serial  # concurrent processes and a kill
 def test_processes_starting_together_compile_once(tmp_path, built_library):
     env = _env(tmp_path, CXX=str(_fake_compiler(tmp_path, built_library, sleep_s=3)))
     procs = [subprocess.Popen([sys.executable, "-c", LAYER_NORM_SCRIPT], env=env, stdout=subprocess.PIPE,
@@ -106,6 +107,7 @@ def test_processes_starting_together_compile_once(tmp_path, built_library):
     assert len((tmp_path / "compiler.pids").read_text().split()) == 1
 
 
+@pytest.mark.serial  # concurrent processes and a kill
 def test_killed_build_leaves_no_compiler_and_no_litter(tmp_path, built_library):
     env = _env(tmp_path, CXX=str(_fake_compiler(tmp_path, built_library, sleep_s=60)))
     builder = subprocess.Popen([sys.executable, "-c", LAYER_NORM_SCRIPT], env=env,

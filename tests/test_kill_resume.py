@@ -21,6 +21,9 @@ import pytest
 
 import helpers_data as h
 
+# kills at steps a loaded machine would shift: the serial pass (Makefile)
+pytestmark = pytest.mark.serial
+
 SAVE_EVERY = 4
 KILLS = int(os.environ.get("REALFORMER_KILLS", "3"))  # per test; more for a longer tally
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) ", re.M)

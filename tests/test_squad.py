@@ -2,10 +2,10 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+
+import helpers_data as h
 
 from realformer_tf.data import squad
 from realformer_tf.data.records import InputError
@@ -101,10 +101,9 @@ def files(tmp_path_factory):
     return write_files(tmp_path_factory.mktemp("squad"))
 
 
-def run_script(args, **kwargs):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "run_squad.py")] + args, cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+def run_squad(args):
+    """run_squad.py's main(argv) in this process: CompletedProcess (returncode, stdout, stderr)."""
+    return h.run_script("run_squad.py", *args)
 
 
 # -- data: span mapping ----------------------------------------------------------------
@@ -286,12 +285,12 @@ def test_script_errors_exit_1_with_one_message(files, tmp_path):
     common = [f"--bert_config_file={files['config']}", f"--vocab_file={files['vocab']}",
               "--max_seq_length=48", "--max_query_length=16"]
     procs = {
-        "json": run_script(common + [f"--output_dir={tmp_path / 'out1'}", "--do_predict=true",
-                                     f"--predict_file={bad_json}"]),
-        "offset": run_script(common + [f"--output_dir={tmp_path / 'out2'}", "--do_train=true",
-                                       f"--train_file={bad_offsets}"]),
+        "json": run_squad(common + [f"--output_dir={tmp_path / 'out1'}", "--do_predict=true",
+                                    f"--predict_file={bad_json}"]),
+        "offset": run_squad(common + [f"--output_dir={tmp_path / 'out2'}", "--do_train=true",
+                                      f"--train_file={bad_offsets}"]),
     }
-    outputs = {name: p.communicate(timeout=240) + (p.returncode,) for name, p in procs.items()}
+    outputs = {name: (p.stdout, p.stderr, p.returncode) for name, p in procs.items()}
     for name, fragments in (("json", [str(bad_json), "not valid JSON", "line 1"]),
                             ("offset", [bad_offsets, "q-adds", "answer_start 999", "beyond"])):
         stdout, stderr, code = outputs[name]
@@ -310,7 +309,7 @@ def test_script_errors_exit_1_with_one_message(files, tmp_path):
 def test_run_squad_train_and_predict(files, tmp_path, version_2):
     data_file = files["v2" if version_2 else "v1"]
     out = tmp_path / "out"
-    proc = run_script([
+    proc = run_squad([
         f"--bert_config_file={files['config']}", f"--vocab_file={files['vocab']}",
         f"--train_file={data_file}", f"--predict_file={data_file}", f"--output_dir={out}",
         "--do_train=true", "--do_predict=true", f"--version_2_with_negative={version_2}",
@@ -319,7 +318,7 @@ def test_run_squad_train_and_predict(files, tmp_path, version_2):
         "--learning_rate=1e-3", "--iterations_per_loop=3", "--save_checkpoints_steps=3",
         "--n_best_size=5", "--seed=1",
     ])
-    stdout, stderr = proc.communicate(timeout=400)
+    stdout, stderr = proc.stdout, proc.stderr
     assert proc.returncode == 0, stdout + stderr
     assert "RealFormer" in stdout.splitlines()[0]  # the variant is stated first
 

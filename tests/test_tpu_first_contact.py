@@ -71,12 +71,14 @@ def _assert_one_error(proc, *expected):
 GS = dict(input_file="gs://no-such-bucket/records.tfrecord", output_dir="gs://no-such-bucket/out")
 
 
+@pytest.mark.serial  # timed bounds
 def test_unknown_tpu_name(files):
     proc, seconds = _run(files, tpu="my-tpu", **GS)
     line = _assert_one_error(proc, "--tpu=my-tpu", "could not look up", "--tpu=local", "grpc://")
     assert seconds < 60 + START_UP_S, (seconds, line)
 
 
+@pytest.mark.serial  # timed bounds
 def test_unreachable_address_fails_at_once(files):
     # Port 9 (discard) on localhost: nothing listens there on a test machine.
     proc, seconds = _run(files, tpu="grpc://127.0.0.1:9", **GS)
@@ -85,6 +87,7 @@ def test_unreachable_address_fails_at_once(files):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # timed bounds
 def test_address_that_never_answers_ends_at_the_bound(files, silent_listener):
     bound = 5
     proc, seconds = _run(files, timeout_s=bound, tpu=silent_listener, **GS)
