@@ -41,7 +41,7 @@ def test_official_realformer_config_loads_as_realformer(tmp_path):
     config = BertConfig.from_json_file(write_json(tmp_path, OFFICIAL))
     for key, value in OFFICIAL.items():
         assert getattr(config, key) == value, key
-    assert config.residual_attention is True
+    assert config.residual_attention is None and config.uses_residual_attention  # unstated: computes RealFormer
     assert config.use_running_mean is False
     assert config.layer_norm_type == "post"
     assert config.normformer_head_scale_position == "before_projection"
@@ -67,7 +67,7 @@ def test_vanilla_bert_config_and_describe(tmp_path):
 def test_official_realformer_running_mean_field(tmp_path):
     # The official RealFormer config's one extra field.
     config = BertConfig.from_json_file(write_json(tmp_path, dict(OFFICIAL, use_running_mean=True)))
-    assert config.use_running_mean is True and config.residual_attention is True
+    assert config.use_running_mean is True and config.uses_residual_attention is True
     assert "running mean on" in config.describe()
 
 
@@ -195,7 +195,7 @@ def test_model_accepts_config_dict():
     model = modeling.BertModel(dict(vocab_size=11, hidden_size=6, num_hidden_layers=1,
                                     num_attention_heads=2, intermediate_size=7))
     assert isinstance(model.config, BertConfig)
-    assert model.config.residual_attention is True
+    assert model.config.uses_residual_attention is True
     with pytest.raises(ConfigError, match="bogus"):
         modeling.BertModel(dict(vocab_size=11, bogus=1))
 

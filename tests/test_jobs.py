@@ -1,6 +1,11 @@
 """The job matrix {pretraining, classifier, SQuAD} x {BERT, ETC} through the one runner,
 in-process (plain options, no flags): outputs, resume, --export_dir, and the exported
-model serving raw text exactly as the training pipeline featurized it."""
+model serving raw text exactly as the training pipeline featurized it.
+
+The classifier and SQuAD jobs start from configs that do not state residual_attention
+(the eleven fields of a release's bert_config.json): a run decides its model once, at
+its start, writes the decision into output_dir, and every later phase (the export
+included) and every later program given the output_dir use it."""
 
 import json
 import os
@@ -27,11 +32,21 @@ def write_json(path, obj):
     return str(path)
 
 
-def model_config(tmp_path, family, vocab_size, **overrides):
+def model_config(tmp_path, family, vocab_size, stated=True, **overrides):
+    """A tiny config file of the family; stated=False leaves residual_attention out."""
     if family == "etc":
-        return write_json(tmp_path / "etc_config.json", h.tiny_etc_config_dict(vocab_size=vocab_size, **overrides))
-    return h.write_config(tmp_path / "bert_config.json", vocab_size=vocab_size, max_position_embeddings=64,
-                          **overrides)
+        values = h.tiny_etc_config_dict(vocab_size=vocab_size, **overrides)
+    else:
+        values = h.tiny_config_dict(vocab_size=vocab_size, max_position_embeddings=64, **overrides)
+    if not stated:
+        del values["residual_attention"]
+    return write_json(tmp_path / f"{family}_config.json", values)
+
+
+def check_decided_config(out, family):
+    """output_dir's config file states the decision (from scratch: residual attention on)."""
+    written = json.load(open(os.path.join(out, get_family(family).config_name)))
+    assert written["residual_attention"] is True
 
 
 def read_results(out):
@@ -71,7 +86,7 @@ def test_classifier_job_exports_a_model_that_serves_what_it_predicted(tmp_path, 
     out, export_dir = str(tmp_path / "out"), str(tmp_path / "export")
     options = ClassifierOptions(
         task_name="MRPC", data_dir=data_dir, vocab_file=vocab, output_dir=out, export_dir=export_dir,
-        bert_config_file=model_config(tmp_path, family, h.vocab_size()), model_type=family,
+        bert_config_file=model_config(tmp_path, family, h.vocab_size(), stated=False), model_type=family,
         etc_tokens_per_global=8, max_seq_length=40, do_train=True, do_eval=True, do_predict=True,
         train_batch_size=4, eval_batch_size=4, predict_batch_size=4, num_train_epochs=1, **QUIET)
     run_classifier(options)
@@ -86,6 +101,17 @@ def test_classifier_job_exports_a_model_that_serves_what_it_predicted(tmp_path, 
     served = _serve_test_split(path, data_dir)
     assert served.shape == predicted.shape
     np.testing.assert_allclose(served, predicted, atol=1e-5)
+
+    # Exported again by the program, from what the run left in output_dir alone.
+    check_decided_config(out, family)
+    fam = get_family(family)
+    again = h.run_script("export_saved_model.py", *h.flags(
+        bert_config_file=os.path.join(out, fam.config_name), init_checkpoint=os.path.join(out, fam.checkpoint_name),
+        model_type=family, etc_tokens_per_global=8, vocab_file=vocab, task_name="MRPC", max_seq_length=40,
+        export_dir=str(tmp_path / "export_again")))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    np.testing.assert_allclose(_serve_test_split(os.path.join(tmp_path, "export_again", "1"), data_dir), predicted,
+                               atol=1e-5)
 
 
 # Runs in a fresh interpreter outside the repository with realformer_tf and Model Garden
@@ -147,7 +173,7 @@ def test_squad_job_on_a_long_document_exports_and_serves(tmp_path, family):
     out, export_dir = str(tmp_path / "out"), str(tmp_path / "export")
     options = SquadOptions(
         vocab_file=vocab, train_file=data_file, predict_file=data_file, output_dir=out, export_dir=export_dir,
-        bert_config_file=model_config(tmp_path, family, vocab_size),
+        bert_config_file=model_config(tmp_path, family, vocab_size, stated=False),
         model_type=family, etc_tokens_per_global=16, max_seq_length=seq, doc_stride=32, max_query_length=16,
         do_train=True, do_predict=True, version_2_with_negative=True, train_batch_size=2, predict_batch_size=3,
         num_train_epochs=1, n_best_size=5, **QUIET)
@@ -157,6 +183,7 @@ def test_squad_job_on_a_long_document_exports_and_serves(tmp_path, family):
     assert int(results["total"]) == len(sq.ANSWERABLE) + len(sq.IMPOSSIBLE)
     for name in ("predictions.json", "nbest_predictions.json", "null_odds.json"):
         assert os.path.exists(os.path.join(out, name)), name
+    check_decided_config(out, family)
     _check_squad_export(os.path.join(export_dir, "1"), trainer, options, out)
 
 

@@ -118,8 +118,12 @@ def models(tmp_path_factory):
 # -- fast: what counts as stated, the decision rule ---------------------------------------
 def test_a_file_without_the_field_leaves_it_unstated_and_everything_sees_a_bool(tmp_path):
     config = BertConfig.from_json_file(eleven_field_config(tmp_path / "c.json"))
-    assert not ve.is_stated(config) and config.residual_attention is True
-    assert config.to_dict()["residual_attention"] is True  # what any run writes states it
+    assert not ve.is_stated(config) and config.residual_attention is None and config.uses_residual_attention
+    # Unstated is a field's value: equality, dataclasses.replace and the JSON round trip keep it.
+    assert not ve.is_stated(dataclasses.replace(config, hidden_dropout_prob=0.0))
+    assert config != ve.decided(config) and BertConfig.from_dict(config.to_dict()) == config
+    assert ve.decided(config).to_dict()["residual_attention"] is True  # what any run writes states it
+    assert config.residual_attention is None  # deciding made a new config
     assert config.block_options(1e-12)["residual_attention"] is True
     assert "residual attention on" in config.describe()
     assert ve.is_stated(BertConfig.from_dict(dict(h.tiny_config_dict(), residual_attention=True)))
@@ -159,7 +163,7 @@ def test_official_etc_layout_without_the_field_is_plain_etc():
     official = EtcConfig.from_dict(dict(values, embedding_size=16))
     assert official.layout == "official" and official.residual_attention is False and ve.is_stated(official)
     ours = EtcConfig.from_dict(values)
-    assert ours.residual_attention is True and not ve.is_stated(ours)
+    assert ours.residual_attention is None and ours.uses_residual_attention and not ve.is_stated(ours)
 
 
 # -- the two trained models ---------------------------------------------------------------

@@ -44,8 +44,18 @@ WHAT_TO_DO = ('add "residual_attention": true (a RealFormer release) or false (a
 
 
 def is_stated(config):
-    """False only for a config read from a file or dict that omits residual_attention."""
-    return getattr(config, "residual_attention_stated", True)
+    """False only for a config whose residual_attention is None (read from a file or
+    dict that omits it)."""
+    return config.residual_attention is not None
+
+
+def decided(config):
+    """`config` with residual_attention stated: as it is when stated, else with the
+    default a model built from it computes with (on: RealFormer). For a model that
+    loads no weights (training from scratch); with weights, `resolve` asks them."""
+    if is_stated(config):
+        return config
+    return dataclasses.replace(config, residual_attention=config.uses_residual_attention)
 
 
 @dataclasses.dataclass
@@ -240,17 +250,18 @@ def check_loaded_model(model, family, prefix):
     """For `load_bert_checkpoint` / `load_etc_checkpoint` in Python: a model built from a
     config that does not state residual_attention (hence built with the default, on)
     gets the weights' evidence first; a contradiction is a ConfigError, agreement one
-    log line (and the config counts as stated from then on)."""
+    log line, and the model's config is replaced by the stated one (a new config: the
+    old one is not changed)."""
     config = model.config
     if is_stated(config):
         return
     value, line = decide(family, config, prefix)
-    if value != config.residual_attention:
+    if value != config.uses_residual_attention:
         raise ConfigError(
             f"{line}; but {type(model).__name__} was built with residual attention "
-            f"{'on' if config.residual_attention else 'off'} (the default). Set \"residual_attention\": "
+            f"{'on' if config.uses_residual_attention else 'off'} (the default). Set \"residual_attention\": "
             f"{'true' if value else 'false'} in the config (or build the model from "
             "variant_evidence.resolve(family, config, checkpoint))")
     logging.info("%s", line)
     print(line, flush=True)
-    config.residual_attention_stated = True
+    model.config = dataclasses.replace(config, residual_attention=value)

@@ -198,12 +198,14 @@ def check_output_paths(options):
 
 
 def resolve_variant(job, family, config, options, log=say):
-    """The config with residual_attention decided from --init_checkpoint's weights when
-    the config file does not state it (one line with the evidence; see
-    `variant_evidence`); as it is when stated or when training from scratch (the
-    default, announced by the first line)."""
+    """The run's one decision on the model: the config with residual_attention stated.
+    Stated in the config file: as it is. Unstated, with --init_checkpoint: the weights
+    decide (one line with the evidence; see `variant_evidence`) or the run stops here,
+    before anything is trained. Unstated, from scratch: the default (on), announced by
+    the run's first line. Every later phase (train, eval, predict, export) and the
+    output_dir's config file use the decided config."""
     if variant_evidence.is_stated(config) or not options.init_checkpoint:
-        return config
+        return variant_evidence.decided(config)
     try:
         examples = job.evidence_examples(options, family, config)
     except (OSError, ValueError, KeyError, tf.errors.OpError):

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import difflib
 import json
+from typing import Optional
 
 from absl import logging
 
@@ -127,13 +128,6 @@ class JsonConfig:
     file_description = "config file"
     required_fields = ()  # keys a file must have (the dataclass fields without default)
     ignored_fields = ()  # keys accepted and dropped (released configs' unused extras)
-    # Not a field: False for a config read (from_dict / from_json_file) from a file that
-    # omits residual_attention. Google BERT and RealFormer releases ship the same
-    # eleven-field file, so the omission says nothing; `variant_evidence` then decides
-    # from the weights when weights are loaded. The Python constructor's default (true)
-    # counts as stated.
-    residual_attention_stated = True
-
     @classmethod
     def from_dict(cls, values, source="config"):
         """The config of a JSON object `values`; every problem a ConfigError naming
@@ -145,12 +139,14 @@ class JsonConfig:
         for name in cls.required_fields:
             if name not in values:
                 raise ConfigError(f"{source}: the required field {name} is missing")
+        # Google BERT and RealFormer releases ship the same eleven-field file, so a file
+        # that omits residual_attention says nothing about it: None, unstated
+        # (`variant_evidence` decides from the weights when weights are loaded).
+        values = {"residual_attention": None, **values}
         try:
-            config = cls(**values)
+            return cls(**values)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
-        config.residual_attention_stated = "residual_attention" in values
-        return config
 
     @classmethod
     def from_json_file(cls, path):
@@ -208,8 +204,10 @@ class EncoderConfig(JsonConfig):
     hidden_act: str = "gelu"
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
-    # RealFormer
-    residual_attention: bool = _keyword(True)
+    # RealFormer. None: unstated (a file without the field); a model built from such a
+    # config computes with the default, on (`uses_residual_attention`), and loading
+    # weights into it asks them first (`realformer_tf.checkpoints.variant_evidence`).
+    residual_attention: Optional[bool] = _keyword(True)
     use_running_mean: bool = _keyword(False)
     # Normalization: "post" (BERT), "pre", "normformer" (Pre-LN + NormFormer's three ops)
     layer_norm_type: str = _keyword("post")
@@ -223,11 +221,22 @@ class EncoderConfig(JsonConfig):
     def head_size(self):
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def residual_attention_stated(self):
+        """Whether residual_attention was stated (False for a file that omits it)."""
+        return self.residual_attention is not None
+
+    @property
+    def uses_residual_attention(self):
+        """What a model built from this config computes: residual_attention, with the
+        package's default (on) where it is unstated."""
+        return self.residual_attention is not False
+
     def block_options(self, layer_norm_epsilon):
         """Keyword arguments of the encoder stacks (TransformerEncoder and ETC's
         GlobalLocalEncoder) from this config's fields (`BLOCK_OPTION_FIELDS`)."""
         options = {option: getattr(self, field) for option, field in BLOCK_OPTION_FIELDS.items()}
-        return dict(options, layer_norm_epsilon=layer_norm_epsilon)
+        return dict(options, residual_attention=self.uses_residual_attention, layer_norm_epsilon=layer_norm_epsilon)
 
     def _validate(self):
         """Raises ConfigError naming the first bad field."""
@@ -251,7 +260,10 @@ class EncoderConfig(JsonConfig):
         value = self.initializer_range
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
             raise ConfigError(f"initializer_range must be positive, got {value!r}")
-        for name in ("residual_attention", "use_running_mean", "normformer_residual_scale") + self.bool_fields:
+        if self.residual_attention is not None and not isinstance(self.residual_attention, bool):
+            raise ConfigError(f"residual_attention must be true, false or null (unstated), got "
+                              f"{self.residual_attention!r}")
+        for name in ("use_running_mean", "normformer_residual_scale") + self.bool_fields:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.hidden_size % self.num_attention_heads:
@@ -260,6 +272,7 @@ class EncoderConfig(JsonConfig):
                 f"({self.num_attention_heads})")
         check_choice("hidden_act", self.hidden_act, ACTIVATION_NAMES, ConfigError)
         options = {option: getattr(self, field) for option, field in BLOCK_OPTION_FIELDS.items()}
+        options["residual_attention"] = self.uses_residual_attention
         check_norm_options(options, ConfigError, names=BLOCK_OPTION_FIELDS)
         self._validate_own()
 

@@ -109,7 +109,7 @@ def _layer_probabilities(config, layer_index, scores, input_mask):
         mask = masking.to_attention_mask_4d(tf.cast(input_mask, tf.int32), name="input_mask")
     return scores_lib.attention_probabilities(
         tf.cast(scores, tf.float32), mask, layer_index,
-        use_running_mean=config.residual_attention and config.use_running_mean,
+        use_running_mean=config.uses_residual_attention and config.use_running_mean,
     )
 
 

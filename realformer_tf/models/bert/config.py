@@ -19,10 +19,11 @@ class BertConfig(EncoderConfig):
 
     The eleven positional arguments are the original BERT fields, with its defaults. Google BERT
     and RealFormer releases both ship just those eleven: a file without
-    `residual_attention` leaves it unstated (`residual_attention_stated` False; the
-    value meanwhile is the default, true), and loading weights then decides it from them
-    (`realformer_tf.checkpoints.variant_evidence`) or asks to state it. Training from scratch keeps
-    the default (RealFormer). Every file this package writes states it.
+    `residual_attention` leaves it unstated (None; a model built from it computes with
+    the default, on), and loading weights then decides it from them
+    (`realformer_tf.checkpoints.variant_evidence`) or asks to state it. A run decides it
+    once, at its start (from scratch: the default, RealFormer), and every config file it
+    writes states it.
     """
 
     file_description = "bert_config_file"
@@ -53,13 +54,13 @@ class BertConfig(EncoderConfig):
 
     def describe(self):
         """One line that names the variant, e.g. for the first lines of every script."""
-        name = "RealFormer" if self.residual_attention else "BERT"
+        name = "RealFormer" if self.uses_residual_attention else "BERT"
         if self.layer_norm_type == "normformer":
-            name += "+NormFormer" if self.residual_attention else " NormFormer"
+            name += "+NormFormer" if self.uses_residual_attention else " NormFormer"
         parts = [
-            f"residual attention {'on' if self.residual_attention else 'off'}",
+            f"residual attention {'on' if self.uses_residual_attention else 'off'}",
             f"{self.layer_norm_type}-LN" if self.layer_norm_type != "normformer" else "normformer (pre-LN)",
-            f"running mean {'on' if self.use_running_mean and self.residual_attention else 'off'}",
+            f"running mean {'on' if self.use_running_mean and self.uses_residual_attention else 'off'}",
         ]
         if self.layer_norm_type == "normformer":
             parts.append(f"head scale {self.normformer_head_scale_position}")
@@ -193,7 +194,7 @@ def check_exportable(config, folder, allow_variant=False):
 def stock_transformers_computes(config):
     """True when transformers' BertModel computes what our model with `config` does:
     vanilla attention in BERT's post-LN order."""
-    return not config.residual_attention and config.layer_norm_type == "post"
+    return not config.uses_residual_attention and config.layer_norm_type == "post"
 
 
 def load_hf_config(path):

@@ -144,13 +144,13 @@ class EtcConfig(EncoderConfig):
                 "Use null (or that value)")
 
     def describe(self):
-        name = "ETC+RealFormer" if self.residual_attention else "ETC"
+        name = "ETC+RealFormer" if self.uses_residual_attention else "ETC"
         if self.layer_norm_type == "normformer":
             name += "+NormFormer"
         parts = [
-            f"residual attention {'on' if self.residual_attention else 'off'} (separate long/global paths)",
+            f"residual attention {'on' if self.uses_residual_attention else 'off'} (separate long/global paths)",
             f"{self.layer_norm_type}-LN" if self.layer_norm_type != "normformer" else "normformer (pre-LN)",
-            f"running mean {'on' if self.use_running_mean and self.residual_attention else 'off'}",
+            f"running mean {'on' if self.use_running_mean and self.uses_residual_attention else 'off'}",
             f"local radius {self.local_radius}",
             f"relative max distance {self.relative_pos_max_distance}",
         ]
