@@ -10,14 +10,13 @@ bit-exactly.
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import safetensors.numpy
 
 import bert_numpy
+import helpers_data as h
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.families import get_family
@@ -314,13 +313,9 @@ def test_hf_warning_only_for_variants_transformers_lacks():
 @pytest.mark.slow
 def test_convert_checkpoint_script_reads_the_folder_config(tmp_path):
     """No --bert_config_file: the folder's config.json describes the model."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     prefix = str(tmp_path / "bert_model.ckpt")
-    result = subprocess.run(
-        [sys.executable, os.path.join(root, "convert_checkpoint.py"),
-         f"--input_checkpoint={fixture('hf_bert_qa_gelu')}", f"--output_checkpoint={prefix}",
-         "--task=squad"],
-        capture_output=True, text=True, cwd=root, timeout=300)
+    result = h.run_script("convert_checkpoint.py", f"--input_checkpoint={fixture('hf_bert_qa_gelu')}",
+                          f"--output_checkpoint={prefix}", "--task=squad")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "BERT: residual attention off" in result.stdout and "Converted" in result.stdout
     names = ckpt.list_checkpoint(prefix)
@@ -385,3 +380,41 @@ def test_corrupt_safetensors_file_is_named(tmp_path):
         f.write((40).to_bytes(8, "little") + b"<html>not found</html>" + b" " * 30)
     with pytest.raises(CheckpointError, match="is not a safetensors file"):
         ckpt.resolve_checkpoint(folder)
+
+
+@pytest.mark.slow
+def test_fine_tuned_classifier_folder_serves_in_a_transformers_pipeline(tmp_path):
+    """Fine-tune vanilla BERT, export the SavedModel, convert the run's checkpoint to a
+    folder (the vocab found in the run's run_config.json): transformers' own
+    `pipeline("text-classification")` on that folder alone gives the SavedModel's
+    probabilities."""
+    transformers = pytest.importorskip("transformers", reason="in requirements-test.txt")
+    pytest.importorskip("torch", reason="in requirements-test.txt")
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    data_dir = h.write_glue_mrpc(str(tmp_path / "MRPC"), num_train=8, num_dev=5)
+    out, export_dir, folder = tmp_path / "out", tmp_path / "export", tmp_path / "hf"
+    run = h.run_script("run_classifier.py", *h.flags(
+        task_name="MRPC", data_dir=data_dir, vocab_file=h.write_vocab(tmp_path / "vocab.txt"),
+        bert_config_file=h.write_config(tmp_path / "bert_config.json", residual_attention=False),
+        output_dir=out, export_dir=export_dir, do_train=True, max_seq_length=32, train_batch_size=4,
+        num_train_epochs=1.0, learning_rate=1e-3, seed=2))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    convert_run = h.run_script("convert_checkpoint.py", *h.flags(
+        bert_config_file=out / "bert_config.json", input_checkpoint=out, output_checkpoint=folder,
+        output_format="hf", task="classifier"))
+    assert convert_run.returncode == 0, convert_run.stderr[-3000:]
+    assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+
+    rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(data_dir, "test.tsv"))][1:]
+    pairs = [(r[3], r[4]) for r in rows]
+    served = tf.saved_model.load(str(export_dir / "1")).signatures["serving_default"](
+        text_a=tf.constant([a for a, _ in pairs]), text_b=tf.constant([b for _, b in pairs]))["probabilities"].numpy()
+    classify = transformers.pipeline("text-classification", model=str(folder), top_k=None)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert tokenizer(pairs[0][0])["input_ids"][1] > 4  # a word of the vocab, not [UNK] / a special token
+    answers = classify([{"text": a, "text_pair": b} for a, b in pairs])
+    got = np.array([[next(s["score"] for s in answer if s["label"] == f"LABEL_{i}") for i in range(2)]
+                    for answer in answers])
+    np.testing.assert_allclose(got, served, atol=1e-5)

@@ -2,6 +2,7 @@
 with the original flags; the training loop learns (kill -9 and resume: test_kill_resume.py)."""
 
 import glob
+import json
 import math
 import os
 
@@ -72,7 +73,7 @@ def test_text_to_pretrained_checkpoint(corpus, tmp_path):
 
     out = str(tmp_path / "out")
     steps = 10
-    proc = h.run_script("run_pretraining.py", *_pretraining_args(corpus, out, num_train_steps=steps))
+    proc = h.run_script("run_pretraining.py", *_pretraining_args(corpus, out, num_train_steps=steps, seed=5))
     _check(proc, "run_pretraining.py")
     assert proc.stdout.splitlines()[0].startswith("RealFormer: residual attention on"), proc.stdout
     assert "Traceback" not in proc.stderr
@@ -108,6 +109,16 @@ def test_text_to_pretrained_checkpoint(corpus, tmp_path):
     # The copy of the config next to it loads back as the same model.
     assert modeling.BertConfig.from_json_file(os.path.join(out, "bert_config.json")).to_dict() == \
         modeling.BertConfig(**cfg).to_dict()
+
+    # run_config.json records every option as used: rerun from it alone, the same run.
+    record = json.load(open(os.path.join(out, "run_config.json")))["run"]
+    assert record["package_version"] and record["options"]["seed"] == 5
+    assert record["options"]["input_file"] == os.path.abspath(corpus["records"])
+    again = str(tmp_path / "again")
+    rerun = h.run_script("run_pretraining.py", *h.flags(**{k: v for k, v in dict(
+        record["options"], output_dir=again).items() if v is not None}))
+    _check(rerun, "run_pretraining.py from run_config.json")
+    assert _read_results(os.path.join(again, "eval_results.txt")) == results
 
 
 def test_loss_decreases_on_a_repeated_batch(tmp_path):

@@ -293,6 +293,13 @@ def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path)
     config = h.write_config(tmp_path / "bert_config.json")  # states residual attention on
     prefix = bert_checkpoint.save_bert_checkpoint(modeling.BertPretrainingModel(h.tiny_config()), str(tmp_path / "in" / "m.ckpt"))
     args = dict(bert_config_file=config, input_checkpoint=prefix, output_format="hf")
+    # No vocab anywhere: one error line before anything is written (a folder without
+    # its tokenizer would load one that maps every word wrongly).
+    proc = h.run_script("convert_checkpoint.py", *h.flags(output_checkpoint=str(tmp_path / "no_vocab"), **args))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1 and "--vocab_file" in errors[0], proc.stderr[-2000:]
+    assert not os.path.exists(tmp_path / "no_vocab")
+    args["vocab_file"] = h.write_vocab(tmp_path / "vocab.txt")
     proc = h.run_script("convert_checkpoint.py", *h.flags(output_checkpoint=str(tmp_path / "no"), **args))
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1 and len(errors) == 1 and "--hf_allow_variant" in errors[0], proc.stderr[-2000:]
@@ -300,6 +307,8 @@ def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path)
                                                           hf_allow_variant=True, **args))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.load(open(tmp_path / "yes" / "config.json"))["model_type"] == "realformer_bert"
+    assert (tmp_path / "yes" / "vocab.txt").read_text() == (tmp_path / "vocab.txt").read_text()
+    assert json.load(open(tmp_path / "yes" / "tokenizer_config.json"))["do_lower_case"] is True
 
     # ETC goes through its model family: a training-style checkpoint -> ETC names.
     etc_config = tmp_path / "etc_config.json"

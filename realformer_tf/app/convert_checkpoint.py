@@ -28,6 +28,7 @@ from realformer_tf.jobs import convert
 from realformer_tf.checkpoints import hf as hf_checkpoint
 from realformer_tf.jobs import outputs
 from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.data.vocab import check_vocab
 from realformer_tf.families import MODEL_TYPES, get_family
 
 
@@ -45,6 +46,13 @@ def define_flags(fv):
     flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.", flag_values=fv)
     flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).", flag_values=fv)
     flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None,
+                        "--output_format=hf: the vocab the model was trained with, written beside the weights "
+                        "(default: a Hugging Face input folder's vocab.txt, or the vocab_file the run recorded "
+                        "in its output_dir/run_config.json).", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", None,
+                      "--output_format=hf: whether the model was trained on lower-cased text (default: as "
+                      "found with the vocab, else true).", flag_values=fv)
     flags.DEFINE_bool("hf_allow_variant", False,
                       "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
                       "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
@@ -53,8 +61,11 @@ def define_flags(fv):
 
 def run(f):
     """The conversion from the parsed flags `f`."""
-    if f.output_format == "hf":  # a folder
+    vocab_file, do_lower_case = None, True
+    if f.output_format == "hf":  # a folder, with the tokenizer the model was trained with
         outputs.check_output_dir(f.output_checkpoint, "--output_checkpoint")
+        vocab_file, do_lower_case = convert.find_tokenizer(f.input_checkpoint, f.vocab_file, f.do_lower_case)
+        check_vocab(vocab_file)
     else:  # prefix.index, prefix.data-*
         outputs.check_output_prefix(f.output_checkpoint, "--output_checkpoint")
     config_file = f.bert_config_file
@@ -75,7 +86,7 @@ def run(f):
             print(warning, flush=True)
     source, written = convert.convert(
         config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format,
-        family=family, allow_variant=f.hf_allow_variant)
+        family=family, allow_variant=f.hf_allow_variant, vocab_file=vocab_file, do_lower_case=do_lower_case)
     print(f"Converted {source} -> {written}")
 
 

@@ -26,6 +26,9 @@ from realformer_tf.checkpoints.hf_folder import (  # noqa: F401  (the reading si
     FLOAT_DTYPES, HfFolderWeights, is_hf_folder, to_hf_name, to_original_name)
 from realformer_tf.errors import CheckpointError, ConfigError, VariantExportError  # noqa: F401
 from realformer_tf.fileio import atomic_output, gfile
+
+VOCAB_NAME = "vocab.txt"
+TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 from realformer_tf.models.bert.config import (  # noqa: F401  (the config side, public here too)
     CONFIG_NAME, VARIANT_ARCHITECTURE_PREFIX, VARIANT_MODEL_TYPE, WEIGHTS_NAME, check_exportable,
     VARIANT_FIELDS, config_from_hf_dict, config_to_hf_dict, load_hf_config, stock_transformers_computes)
@@ -59,8 +62,10 @@ def hf_tensors(model):
     return tensors
 
 
-def save_hf_folder(model, folder, allow_variant=False):
-    """Writes `model` as a Hugging Face folder: config.json + model.safetensors.
+def save_hf_folder(model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
+    """Writes `model` as a Hugging Face folder: config.json + model.safetensors, and
+    with `vocab_file` its tokenizer (vocab.txt + tokenizer_config.json), so that
+    `AutoTokenizer.from_pretrained(folder)` tokenizes as the model was trained.
 
     Vanilla post-LN BERT configs give what `transformers` loads and computes exactly
     (hidden_act translated: our tanh "gelu" -> "gelu_new", "gelu_exact" -> "gelu").
@@ -74,6 +79,9 @@ def save_hf_folder(model, folder, allow_variant=False):
         model: a BertModel, BertPretrainingModel, BertClassifierModel or BertSquadModel.
         folder: the output directory (created; files replaced atomically).
         allow_variant: write a variant stock transformers cannot compute (see above).
+        vocab_file: the WordPiece vocab the model was trained with (None: no tokenizer
+            files; transformers would then load a tokenizer that maps words wrongly).
+        do_lower_case: whether that training lower-cased its text.
 
     Returns:
         `folder`.
@@ -99,4 +107,38 @@ def save_hf_folder(model, folder, allow_variant=False):
         f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
     with atomic_output(os.path.join(folder, CONFIG_NAME)) as f:
         f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if vocab_file:
+        write_tokenizer_files(folder, vocab_file, do_lower_case, model.config.max_position_embeddings)
     return folder
+
+
+def write_tokenizer_files(folder, vocab_file, do_lower_case, max_length):
+    """vocab.txt (a copy of `vocab_file`) and tokenizer_config.json: what
+    transformers' BertTokenizer(Fast) reads, with BERT's special tokens."""
+    with gfile().GFile(vocab_file, "rb") as f:
+        vocab = f.read()
+    with atomic_output(os.path.join(folder, VOCAB_NAME), "wb") as f:
+        f.write(vocab)
+    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
+                "model_max_length": int(max_length), "unk_token": "[UNK]", "sep_token": "[SEP]",
+                "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
+                "tokenize_chinese_chars": True, "strip_accents": None}
+    with atomic_output(os.path.join(folder, TOKENIZER_CONFIG_NAME)) as f:
+        f.write(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+
+
+def folder_tokenizer(folder):
+    """(vocab path, do_lower_case) of a Hugging Face folder that has vocab.txt (its
+    tokenizer_config.json's do_lower_case, default true as BertTokenizer's), or None."""
+    vocab = os.path.join(folder, VOCAB_NAME)
+    if not (is_hf_folder(folder) and gfile().exists(vocab)):
+        return None
+    settings = {}
+    path = os.path.join(folder, TOKENIZER_CONFIG_NAME)
+    if gfile().exists(path):
+        with gfile().GFile(path) as f:
+            try:
+                settings = json.load(f)
+            except ValueError:
+                raise ConfigError(f"{path} is not valid JSON") from None
+    return vocab, bool(settings.get("do_lower_case", True))

@@ -21,12 +21,13 @@ OUTPUT_FORMATS = ("checkpoint", "hf")
 
 
 def convert(config, source, output, task, num_labels=2, output_format="checkpoint", family=None,
-            allow_variant=False, log=None):
+            allow_variant=False, log=None, vocab_file=None, do_lower_case=True):
     """Loads `source` (a training checkpoint prefix or directory, an original-named
     checkpoint, or a Hugging Face folder) into a `task` model of `family` (default
     BERT; ETC too) and writes it as an original-named checkpoint at prefix `output`
     (output_format "checkpoint") or as a Hugging Face folder `output` ("hf", BERT only;
-    `allow_variant`: see `hf_checkpoint.save_hf_folder`). A config that does not state
+    `allow_variant`, `vocab_file`, `do_lower_case`: see `hf_checkpoint.save_hf_folder`).
+    A config that does not state
     residual_attention is decided from the weights first (`variant_evidence`; one line
     to `log`). Returns (what was read, what was written).
 
@@ -51,7 +52,8 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
     model = family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
     read = family.load_checkpoint(model, prefix)
     if output_format == "hf":
-        return read, hf_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant)
+        return read, hf_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant,
+                                                  vocab_file=vocab_file, do_lower_case=do_lower_case)
     return read, family.save_checkpoint(model, output)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):
@@ -67,3 +69,44 @@ def hf_warning(config):
             "transformers computes only that; the folder is written with model_type "
             f"{hf_checkpoint.VARIANT_MODEL_TYPE!r}, which transformers refuses; only realformer_tf reads it "
             "back exactly (config.json carries our fields).")
+
+
+def find_tokenizer(input_checkpoint, vocab_file=None, do_lower_case=None):
+    """(vocab file, do_lower_case) for a Hugging Face folder written from
+    `input_checkpoint`: the ones given, else those of the input itself (a Hugging Face
+    folder with vocab.txt), else those the run that wrote it recorded
+    (output_dir/run_config.json). do_lower_case defaults to True (BERT's uncased).
+
+    Raises:
+        UsageError: no vocab found: a folder without one would tokenize wrongly.
+    """
+    found = _recorded_tokenizer(input_checkpoint)
+    if vocab_file:
+        return vocab_file, do_lower_case if do_lower_case is not None else (found[1] if found else True)
+    if found is None:
+        raise UsageError(
+            f"--output_format=hf needs the vocab the model was trained with: give --vocab_file (and "
+            f"--do_lower_case); none was found beside --input_checkpoint={input_checkpoint} (a Hugging Face "
+            "folder's vocab.txt, or the vocab_file its run recorded in run_config.json). Without it "
+            "transformers would load a tokenizer that maps every word wrongly")
+    return found[0], do_lower_case if do_lower_case is not None else found[1]
+
+
+def _recorded_tokenizer(input_checkpoint):
+    import json
+    import os
+
+    from realformer_tf.fileio import gfile
+
+    folder = input_checkpoint if gfile().isdir(input_checkpoint) else os.path.dirname(input_checkpoint)
+    from_folder = hf_checkpoint.folder_tokenizer(folder)
+    if from_folder:
+        return from_folder
+    record = os.path.join(folder, "run_config.json")
+    if not gfile().exists(record):
+        return None
+    with gfile().GFile(record) as f:
+        options = json.load(f).get("run", {}).get("options", {})
+    if not options.get("vocab_file"):
+        return None
+    return options["vocab_file"], bool(options.get("do_lower_case", True))

@@ -169,7 +169,8 @@ def _run_decided(job, options, family, config, float16, log):
         # Fail now, not after set-up; and before a model is built, its sizes.
         family.check_checkpoint_fits(config, ckpt.resolve_checkpoint(options.init_checkpoint))
     identity = {**job.run_identity(options), **family.run_identity(options)}
-    with take_output_dir(options.output_dir, strategy, config, identity, log):  # released on errors too
+    with take_output_dir(options.output_dir, strategy, config, identity, log,
+                         record=run_record(options)):  # released on errors too
         num_train_steps, num_warmup_steps = job.prepare(options, family, config, out_dir)
         trainer, resumed = start_trainer(job.make_task(family, config, options), strategy, options,
                                          num_train_steps, num_warmup_steps, float16, log)
@@ -239,7 +240,7 @@ def per_replica(strategy, batch_size, name):
         raise UsageError(str(e)) from None
 
 
-def take_output_dir(output_dir, strategy, config, identity, log=say):
+def take_output_dir(output_dir, strategy, config, identity, log=say, record=None):
     """The chief locks output_dir (`outputs.OutputDirLock`: a second run into it ends
     with an error naming this one) and claims it (`claim_output_dir`); other workers of
     a multi-worker run only check the claim, since only the chief writes to output_dir.
@@ -254,17 +255,19 @@ def take_output_dir(output_dir, strategy, config, identity, log=say):
         return contextlib.nullcontext()
     lock = outputs.OutputDirLock(output_dir, log).acquire()
     try:
-        claim_output_dir(output_dir, config, identity)
+        claim_output_dir(output_dir, config, identity, record=record)
     except BaseException:
         lock.release()
         raise
     return lock
 
 
-def claim_output_dir(output_dir, config, identity, write=True):
-    """Records the run's config and identity in output_dir; a rerun with another one is
-    refused (it would resume another model's checkpoints). With write=False (a
-    non-chief worker) only the refusal is checked and nothing is written."""
+def claim_output_dir(output_dir, config, identity, write=True, record=None):
+    """Records the run's config and identity in output_dir/run_config.json; a rerun
+    with another one is refused (it would resume another model's checkpoints). With
+    write=False (a non-chief worker) only the refusal is checked and nothing is
+    written. `record` (`run_record`: this run's options, package version, commit) is
+    written beside them under "run", replaced by each run into the folder."""
     if write:
         outputs.makedirs(output_dir, "--output_dir")
     path = os.path.join(output_dir, "run_config.json")
@@ -272,6 +275,7 @@ def claim_output_dir(output_dir, config, identity, write=True):
     if tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
             previous = json.load(f)
+        previous.pop("run", None)
         if previous != current:
             raise UsageError(
                 f"--output_dir={output_dir} holds checkpoints of another model or task (differs in: "
@@ -280,9 +284,41 @@ def claim_output_dir(output_dir, config, identity, write=True):
     elif tf.train.latest_checkpoint(output_dir):
         raise UsageError(f"--output_dir={output_dir} already holds checkpoints that were not written by "
                          "this tool for this config; use an empty --output_dir")
-    elif write:
+    if write:
         with atomic_output(path) as f:
-            json.dump(current, f, indent=2, sort_keys=True)
+            json.dump(dict(current, run=record or {}), f, indent=2, sort_keys=True)
+
+
+def run_record(options):
+    """What reproduces the run: every option as used (local paths made absolute), the
+    package version and, in a git checkout, its commit. Rerunning the program with
+    `--NAME=VALUE` for each option gives the same run (with a --seed: the same data
+    order, dropout and initial weights)."""
+    values = dataclasses.asdict(options)
+    for name, value in values.items():
+        if isinstance(value, str) and value and _is_local_path_option(name) and "://" not in value:
+            values[name] = ",".join(os.path.abspath(part) for part in value.split(","))
+    from realformer_tf import __version__
+
+    return {"options": values, "package_version": __version__, "git_commit": _git_commit()}
+
+
+def _is_local_path_option(name):
+    return name.endswith(("_file", "_dir", "_checkpoint"))
+
+
+def _git_commit():
+    """The commit of the package's git checkout, or None (an installed wheel, no git)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.exists(os.path.join(root, ".git")):
+        return None
+    try:
+        result = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None if result.returncode == 0 else None
 
 
 def _differences(previous, current):
