@@ -64,7 +64,6 @@ PRESETS = {
                  seq_length=128, batch_size=8),
 }
 from bench_inputs import MAX_POSITIONS, TYPE_VOCAB_SIZE, VOCAB_SIZE, bert_config, input_arrays  # noqa: E402
-from realformer_tf import kernels  # noqa: E402
 
 from realformer_tf.models import variants as variants_lib  # noqa: E402
 
@@ -174,7 +173,6 @@ class Candidate:
         self.description = description
         self.params_bytes = params_bytes
         self.variables = list(model.trainable_variables)
-        self.fused_kernels = True  # traced as the training loop does (realformer_tf.kernels)
 
 
 def _param_bytes(variables):
@@ -183,7 +181,7 @@ def _param_bytes(variables):
 
 def build_ours(name, shape, args, inputs):
     import patches
-    from realformer_tf import modeling
+    from realformer_tf import kernels, modeling
 
     base, patch_names = split_variant(name)
     config = bert_config(shape, base, args.dropout)
@@ -191,15 +189,14 @@ def build_ours(name, shape, args, inputs):
     model({"input_ids": inputs[0], "input_mask": inputs[1], "segment_ids": inputs[2]},
           training=False)  # build the variables eagerly
     patches.apply_to(model, patch_names)
+    kernels.use_fused_kernels(model, "tf_ops" not in patch_names)  # on: the layers' default
 
     def forward(ids, mask, seg):
         out = model({"input_ids": ids, "input_mask": mask, "segment_ids": seg}, training=True)
         return out["sequence_output"], out["pooled_output"]
 
     desc = config.describe() + "".join(f"; patch {p}: {patches.PATCHES[p]}" for p in patch_names)
-    candidate = Candidate(name, model, forward, desc, _param_bytes(model.weights))
-    candidate.fused_kernels = "tf_ops" not in patch_names
-    return candidate
+    return Candidate(name, model, forward, desc, _param_bytes(model.weights))
 
 
 def build_model_garden(shape, args, inputs):
@@ -246,20 +243,7 @@ def make_step(candidate, jit_compile):
         grads = tape.gradient(loss, variables)
         return loss, grads
 
-    return traced_as_trained(step, candidate)
-
-
-def traced_as_trained(step, candidate):
-    """`step`, traced (on its first call) as realformer_tf.training.trainer traces its steps:
-    inside `kernels.fused_cpu_kernels()`, unless the candidate has the `tf_ops` patch."""
-    if not candidate.fused_kernels:
-        return step
-
-    def step_as_trained(*inputs):
-        with kernels.fused_cpu_kernels():
-            return step(*inputs)
-
-    return step_as_trained
+    return step
 
 
 # -- measurement ----------------------------------------------------------------------------

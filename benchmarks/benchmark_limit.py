@@ -135,7 +135,7 @@ def make_train_step(candidate, jit_compile):
         gradients.clip_and_apply(optimizer, grads, variables, clip_norm=1.0)
         return loss, grads[0]
 
-    return be.traced_as_trained(train, candidate)
+    return train
 
 
 def time_interleaved(fns, args, inputs):

@@ -20,10 +20,10 @@ unfolded_head_scale
     kernel: shows what the fold buys.
 
 tf_ops
-    The step traced outside `realformer_tf.kernels.fused_cpu_kernels()`, so every
-    LayerNorm (and NormFormer's gelu + standardization) and every dropout runs as
-    TensorFlow's ops instead of the fused CPU kernels the training loop uses: shows
-    what the kernels buy. Applied by benchmark_encoder.make_step, not to the model.
+    The model's `fused_kernels` option off (`kernels.use_fused_kernels(model, False)`),
+    so every LayerNorm (and NormFormer's gelu + standardization) and every dropout runs
+    as TensorFlow's ops instead of the fused CPU kernels the layers use by default:
+    shows what the kernels buy. Applied by benchmark_encoder.build_ours.
 
 keras_dropout
     Every dropout layer as Keras' `keras.layers.Dropout` (TensorFlow's four-op

@@ -105,32 +105,29 @@ def op_types(fn, *args):
     return {op.type for op in graph.get_operations()}
 
 
-def test_layer_uses_the_op_only_where_it_applies(monkeypatch):
+def test_layer_uses_the_op_only_where_it_applies():
     x = tf.ones((3, 5, 24))
 
     def train(layer, training=True, jit_compile=False):
         return tf.function(lambda x: layer(x, training=training), jit_compile=jit_compile)
 
-    assert "RealformerDropout" not in op_types(train(Dropout(0.1)), x)  # outside the context
-    with kernels.fused_cpu_kernels():
-        assert "RealformerDropout" in op_types(train(Dropout(0.1)), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(0.1), training=False), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(0.1, noise_shape=(3, 1, 24))), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(0.0)), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(1.0)), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(0.1, dtype="float64")), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(0.1, dtype="mixed_bfloat16")), x)
-        assert "RealformerDropout" not in op_types(train(Dropout(0.1), jit_compile=True), x)
-        monkeypatch.setenv("REALFORMER_TF_FUSED_KERNELS", "0")
-        assert "RealformerDropout" not in op_types(train(Dropout(0.1)), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(0.1, fused_kernels=False)), x)  # option off
+    assert "RealformerDropout" in op_types(train(Dropout(0.1)), x)  # the default: on
+    assert "RealformerDropout" not in op_types(train(Dropout(0.1), training=False), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(0.1, noise_shape=(3, 1, 24))), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(0.0)), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(1.0)), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(0.1, dtype="float64")), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(0.1, dtype="mixed_bfloat16")), x)
+    assert "RealformerDropout" not in op_types(train(Dropout(0.1), jit_compile=True), x)
+    assert Dropout.from_config(Dropout(0.1, fused_kernels=False).get_config()).fused_kernels is False
 
 
 def test_layer_draws_a_fresh_mask_per_call_and_is_keras_dropout_otherwise():
     layer = Dropout(0.25, seed=4)
     x = tf.ones((6, 50))
-    with kernels.fused_cpu_kernels():
-        step = tf.function(lambda x: layer(x, training=True))
-        first, second = step(x).numpy(), step(x).numpy()
+    step = tf.function(lambda x: layer(x, training=True))
+    first, second = step(x).numpy(), step(x).numpy()
     for y in (first, second):
         assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.75)}
     assert (first != second).any()

@@ -1,9 +1,9 @@
 """The fused CPU LayerNorm kernels (realformer_tf/kernels): each op and its gradient
 against float64 NumPy and central finite differences, on shapes that are not powers of
 two; whole models equal with and without them; they stay out of every graph where they
-are unsafe (XLA, float64, bfloat16 gelu, outside the context, switched off); the
-training loop uses them and trains as without them; a failed build falls back with one
-warning; bad inputs give errors that name the input."""
+are unsafe (XLA, float64, bfloat16 gelu, the layers' option off); the training loop and
+a Keras user's model.fit use them by default and train as without them; a failed build
+falls back with one warning; bad inputs give errors that name the input."""
 
 import os
 import subprocess
@@ -145,7 +145,7 @@ def custom_op_types(fn, *args):
     return sorted({op.type for op in graph.get_operations() if op.type.startswith("Realformer")})
 
 
-def model_and_step(layer_norm_type, dtype="float32"):
+def model_and_step(layer_norm_type, dtype="float32", fused_kernels=True):
     from realformer_tf import modeling
 
     config = h.tiny_config(hidden_size=24, num_attention_heads=3, intermediate_size=37, layer_norm_type=layer_norm_type,
@@ -154,7 +154,11 @@ def model_and_step(layer_norm_type, dtype="float32"):
     ids = tf.constant(np.random.default_rng(5).integers(0, config.vocab_size, size=(2, 11)), tf.int32)
     mask = tf.constant([[1] * 11, [1] * 6 + [0] * 5], tf.int32)
     features = {"input_ids": ids, "input_mask": mask, "segment_ids": tf.zeros_like(ids)}
+    if not fused_kernels:
+        with pytest.raises(ValueError, match="not built yet"):
+            kernels.use_fused_kernels(model, False)
     model(features)
+    kernels.use_fused_kernels(model, fused_kernels)
 
     def step():
         with tf.GradientTape() as tape:
@@ -162,6 +166,7 @@ def model_and_step(layer_norm_type, dtype="float32"):
             loss = tf.reduce_sum(tf.cast(out, tf.float32) * tf.cast(tf.range(24), tf.float32))
         return out, tape.gradient(loss, model.trainable_variables)
 
+    step.model = model
     return step
 
 
@@ -173,13 +178,13 @@ def model_and_step(layer_norm_type, dtype="float32"):
                     "RealformerStandardize", "RealformerStandardizeGrad"]),
 ])
 def test_models_equal_with_and_without_kernels(layer_norm_type, expected_ops):
-    step = model_and_step(layer_norm_type)
+    step = model_and_step(layer_norm_type, fused_kernels=False)
     plain = tf.function(step)
     out, grads = plain()
-    with kernels.fused_cpu_kernels():
-        fused = tf.function(step)
-        fused_out, fused_grads = fused()
-        assert custom_op_types(fused) == expected_ops
+    kernels.use_fused_kernels(step.model, True)  # the default, for the same weights
+    fused = tf.function(step)
+    fused_out, fused_grads = fused()
+    assert custom_op_types(fused) == expected_ops
     assert custom_op_types(plain) == []
     check("sequence_output", fused_out, out, 2e-5)
     for g, fg in zip(grads, fused_grads):
@@ -189,33 +194,56 @@ def test_models_equal_with_and_without_kernels(layer_norm_type, expected_ops):
         check("gradient", tf.convert_to_tensor(fg), tf.convert_to_tensor(g), 5e-5 * max(1.0, float(tf.reduce_max(tf.abs(g)))))
 
 
-def test_kept_out_of_xla_float64_and_bfloat16_gelu(monkeypatch):
-    with kernels.fused_cpu_kernels():
-        assert custom_op_types(tf.function(model_and_step("normformer"), jit_compile=True)) == []
-        assert custom_op_types(tf.function(model_and_step("normformer", dtype="float64"))) == []
-        # Under mixed precision gelu runs in bfloat16 (as in the composite): no fused gelu op.
-        bf16_ops = custom_op_types(tf.function(model_and_step("normformer", dtype="mixed_bfloat16")))
-        assert "RealformerGeluStandardize" not in bf16_ops and "RealformerLayerNorm" in bf16_ops
-        monkeypatch.setenv("REALFORMER_TF_FUSED_KERNELS", "0")
-        assert custom_op_types(tf.function(model_and_step("post"))) == []
+def test_kept_out_of_xla_float64_and_bfloat16_gelu():
+    assert custom_op_types(tf.function(model_and_step("normformer"), jit_compile=True)) == []
+    assert custom_op_types(tf.function(model_and_step("normformer", dtype="float64"))) == []
+    # Under mixed precision gelu runs in bfloat16 (as in the composite): no fused gelu op.
+    bf16_ops = custom_op_types(tf.function(model_and_step("normformer", dtype="mixed_bfloat16")))
+    assert "RealformerGeluStandardize" not in bf16_ops and "RealformerLayerNorm" in bf16_ops
+    assert custom_op_types(tf.function(model_and_step("post", fused_kernels=False))) == []
+
+
+def test_the_option_is_the_layers_own_in_any_thread():
+    """No ambient switch: a layer traced in a bare thread or a MirroredStrategy replica
+    thread uses the kernels by its option alone, and an export's context turns a model's
+    layers off and restores them."""
+    import threading
+
+    from realformer_tf.layers.normalization import LayerNorm
+
+    x = tf.constant(np.random.default_rng(2).normal(size=(3, 7)), tf.float32)
+    on, off = LayerNorm(epsilon=EPS), LayerNorm(epsilon=EPS, fused_kernels=False)
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(
+        on=custom_op_types(tf.function(on), x), off=custom_op_types(tf.function(off), x)))
+    thread.start()
+    thread.join()
+    assert seen == {"on": ["RealformerLayerNorm"], "off": []}
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    replica = tf.function(lambda: strategy.run(on, (x,)))
+    assert custom_op_types(replica) == ["RealformerLayerNorm"]
+    step = model_and_step("normformer")
+    with kernels.fused_kernels_off(step.model):
+        assert custom_op_types(tf.function(step)) == []
+    assert custom_op_types(tf.function(step)) != []
+    assert LayerNorm.from_config(off.get_config()).fused_kernels is False
 
 
 def test_training_loop_uses_kernels_and_trains_as_without(tmp_path, monkeypatch):
     """Three AdamW steps with the kernels end at the weights of three without them."""
     used = []
     ops_for = kernels.ops_for
-    monkeypatch.setattr(kernels, "ops_for", lambda x: used.append(ops_for(x)) or used[-1])
+    monkeypatch.setattr(kernels, "ops_for", lambda x, enabled=True: used.append(ops_for(x, enabled)) or used[-1])
     with_kernels = train_classifier(tmp_path / "fused")
     assert any(u is not None for u in used)
-    monkeypatch.setenv("REALFORMER_TF_FUSED_KERNELS", "0")
     used.clear()
-    without = train_classifier(tmp_path / "plain")
+    without = train_classifier(tmp_path / "plain", fused_kernels=False)
     assert used and all(u is None for u in used)
     for a, b in zip(with_kernels, without):
         check("weights after training", a, b, 2e-5)
 
 
-def train_classifier(model_dir):
+def train_classifier(model_dir, fused_kernels=True):
     import keras
 
     from realformer_tf import optimization
@@ -228,10 +256,16 @@ def train_classifier(model_dir):
     examples = {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
     examples["label_ids"] = np.arange(8, dtype=np.int32) % 2
     examples["is_real_example"] = np.ones(8, np.int32)
+    def optimizer_fn():
+        optimizer = optimization.create_optimizer("adamw", 1e-2, 3, 1)
+        optimizer.fused_kernels = fused_kernels
+        return optimizer
+
     trainer = Trainer(ClassifierTask(config, num_labels=2, is_regression=False), tf.distribute.get_strategy(),
-                      str(model_dir), optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-2, 3, 1),
+                      str(model_dir), optimizer_fn=optimizer_fn,
                       steps_per_loop=3, save_checkpoints_steps=1000, global_batch_size=4, jit_compile=False)
     trainer.restore_or_initialize()
+    kernels.use_fused_kernels(trainer.model, fused_kernels)
     trainer.train(lambda input_context=None, start_step=0: tf.data.Dataset.from_tensor_slices(examples).batch(4).repeat(),
                   3, log_fn=lambda _: None)
     return trainer.model.get_weights()
@@ -245,8 +279,7 @@ def test_failed_build_falls_back_with_one_warning(tmp_path):
         "from realformer_tf.layers.normalization import LayerNorm\n"
         "layer = LayerNorm(epsilon=1e-6)\n"
         "x = tf.constant(np.arange(12.0).reshape(3, 4), tf.float32)\n"
-        "with kernels.fused_cpu_kernels():\n"
-        "    y = tf.function(layer)(x); y = tf.function(layer)(x + 1)\n"
+        "y = tf.function(layer)(x); y = tf.function(layer)(x + 1)\n"
         "print('OUT', kernels.load(), [round(float(v), 4) for v in y.numpy()[0]])\n"
     )
     env = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), REALFORMER_TF_CACHE=str(tmp_path / "cache"))
@@ -259,16 +292,17 @@ def test_failed_build_falls_back_with_one_warning(tmp_path):
 
 
 
-def test_keras_fit_inside_the_context_uses_them(monkeypatch):
-    """README's recipe: model.fit traced inside `fused_cpu_kernels()` runs the kernels and
-    trains; the same model traced outside runs TensorFlow's ops."""
+def test_keras_fit_uses_them_by_default(monkeypatch):
+    """A Keras user's model.fit runs the kernels with no setting at all and trains; with
+    the option off (`use_fused_kernels(model, False)`) the same model runs TensorFlow's
+    ops."""
     import keras
 
     from realformer_tf.layers import TransformerEncoder
 
     used = []
     ops_for = kernels.ops_for
-    monkeypatch.setattr(kernels, "ops_for", lambda x: used.append(ops_for(x)) or used[-1])
+    monkeypatch.setattr(kernels, "ops_for", lambda x, enabled=True: used.append(ops_for(x, enabled)) or used[-1])
     ids = keras.Input(shape=(None,), dtype="int32")
     x = keras.layers.Embedding(50, 24, mask_zero=True)(ids)
     out = TransformerEncoder(num_layers=2, num_heads=3, intermediate_size=37, layer_norm_type="normformer")(x)
@@ -276,9 +310,9 @@ def test_keras_fit_inside_the_context_uses_them(monkeypatch):
     model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
     rng = np.random.default_rng(7)
     data = rng.integers(1, 50, size=(16, 9)), rng.integers(0, 2, size=16)
-    with kernels.fused_cpu_kernels():
-        history = model.fit(*data, batch_size=8, epochs=2, verbose=0)
+    history = model.fit(*data, batch_size=8, epochs=2, verbose=0)
     assert any(u is not None for u in used) and np.all(np.isfinite(history.history["loss"]))
     used.clear()
+    kernels.use_fused_kernels(model, False)
     model.predict(data[0], verbose=0)
     assert used and all(u is None for u in used)

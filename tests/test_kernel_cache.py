@@ -17,16 +17,16 @@ import pytest
 
 from realformer_tf import kernels
 
-# Runs one LayerNorm inside the fused context; prints the output and whether the
-# kernels loaded.
+# Runs one LayerNorm (its fused kernels off when the first argument is "off"); prints
+# the output and whether the kernels loaded.
 LAYER_NORM_SCRIPT = textwrap.dedent("""
+    import sys
     import numpy as np, tensorflow as tf
     from realformer_tf import kernels
     from realformer_tf.layers.normalization import LayerNorm
-    layer = LayerNorm(epsilon=1e-6)
+    layer = LayerNorm(epsilon=1e-6, fused_kernels=sys.argv[1:] != ["off"])
     x = tf.constant(np.linspace(-2.0, 3.0, 21).reshape(3, 7), tf.float32)
-    with kernels.fused_cpu_kernels():
-        y = tf.function(layer)(x)
+    y = tf.function(layer)(x)
     print("LOADED", kernels.load() is not None)
     print("OUT", " ".join(f"{v:.6f}" for v in y.numpy().ravel()))
 """)
@@ -54,8 +54,9 @@ def _env(tmp_path, **extra):
     return dict(os.environ, REALFORMER_TF_CACHE=str(tmp_path / "cache"), **extra)
 
 
-def _run(script, env):
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+def _run(script, env, *args):
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
+                          timeout=300)
 
 
 def _output(proc):
@@ -89,7 +90,7 @@ def test_corrupt_cached_library_warns_once_and_matches_kernels_off(tmp_path, bui
     loaded, out = _output(corrupt)
     warnings = [line for line in corrupt.stderr.splitlines() if "Fused CPU kernels unavailable" in line]
     assert not loaded and len(warnings) == 1 and "does not load" in warnings[0], corrupt.stderr[-3000:]
-    _, out_off = _output(_run(LAYER_NORM_SCRIPT, dict(env, REALFORMER_TF_FUSED_KERNELS="0")))
+    _, out_off = _output(_run(LAYER_NORM_SCRIPT, env, "off"))
     assert out == out_off
     # The bad file was removed: the next run builds (the stand-in copies the real library).
     loaded, out_rebuilt = _output(_run(LAYER_NORM_SCRIPT, env))

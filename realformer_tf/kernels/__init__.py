@@ -10,21 +10,21 @@ backward pass redraws instead of storing (TensorFlow's dropout takes four passes
 keeps the mask). `fused_adamw.cc` does AdamW's decay, gradient scaling and Adam step
 in one pass over a variable (`realformer_tf.training.optimization.AdamW`).
 
-The ops are used only where they are safe, decided when a step is traced:
+Whether a layer uses them is the layer's own option, `fused_kernels` (LayerNorm,
+Dropout, AdamW; default True), set by whoever builds the model: `use_fused_kernels(model,
+False)` sets it on every layer of a model. Where it is on, the ops run where they are
+safe, decided when a call is traced:
 
-- inside `fused_cpu_kernels()`, which the training loop (`realformer_tf.training.trainer`)
-  enters around every step it runs, and a Keras user may enter around `model.fit`; the
-  setting is the entering thread's (a tf.distribute replica thread gets it through
-  `with_current_setting(fn)`, as the training loop's replica steps do);
-  elsewhere (model building, SavedModel export, a user's own tf.function) the layers
-  keep TensorFlow's ops, so exported graphs load without this library;
 - on the TensorFlow backend, for float32 tensors, with no GPU or TPU visible;
 - not under XLA (`jit_compile=True`, TPUs), which cannot compile a custom op.
 
-`REALFORMER_TF_FUSED_KERNELS=0` turns them off everywhere. The library is built with
-the C++ compiler in `$CXX` (default `g++`) into `$REALFORMER_TF_CACHE` (default
-`~/.cache/realformer_tf`), keyed by the sources, TensorFlow's version, the compiler and
-its version, and the CPU; processes starting together build once (a file lock). If
+So a Keras user's `model.fit` gets the same kernels as the package's training loop. A
+SavedModel export traces the model with them off (`fused_kernels_off(model)`), so
+exported graphs load without this library.
+
+The library is built with the C++ compiler in `$CXX` (default `g++`) into
+`$REALFORMER_TF_CACHE` (default `~/.cache/realformer_tf`), keyed by the sources,
+TensorFlow's version, the compiler and its version, and the CPU; processes starting together build once (a file lock). If
 building or loading fails in any way (no compiler, a failed compile, a corrupt or
 foreign cached library), the layers warn once and keep TensorFlow's ops (same
 formulas, slower; dropout masks come from TensorFlow's generator then).
@@ -34,10 +34,10 @@ formulas, slower; dropout masks come from TensorFlow's generator then).
     from realformer_tf import kernels
     from realformer_tf.layers.normalization import LayerNorm
 
-    layer = LayerNorm(epsilon=1e-12)
+    layer = LayerNorm(epsilon=1e-12)  # fused_kernels=True: RealformerLayerNorm where it can
     x = tf.constant(np.random.default_rng(0).normal(size=(2, 5, 24)), tf.float32)
-    with kernels.fused_cpu_kernels():
-        y = tf.function(layer)(x)  # traced here: uses RealformerLayerNorm where it can
+    y = tf.function(layer)(x)
+    kernels.use_fused_kernels(layer, False)  # TensorFlow's ops from the next trace on
 """
 
 import contextlib
@@ -59,12 +59,8 @@ from absl import logging
 # Every C++ source here goes into one library; the headers only count for its cache key.
 _SOURCES = sorted(Path(__file__).parent.glob("*.cc"))
 _HEADERS = sorted(Path(__file__).parent.glob("*.h"))
-_ENV_SWITCH = "REALFORMER_TF_FUSED_KERNELS"
 _lock = threading.Lock()
 _state = {"library": None, "failed": False, "gradients_registered": False}
-# How many fused_cpu_kernels() contexts this thread is inside: per thread, so a step one
-# thread traces says nothing about another thread's (an export, a user's own function).
-_local = threading.local()
 _SCRATCH_PREFIX = ".build-"
 # Ops every build defines; a library without them is not ours (or not this version).
 _OPS = ("realformer_layer_norm", "realformer_layer_norm_grad", "realformer_standardize",
@@ -75,47 +71,11 @@ _OPS = ("realformer_layer_norm", "realformer_layer_norm_grad", "realformer_stand
 NO_SLOPE_SHAPE = (0,)
 
 
-@contextlib.contextmanager
-def fused_cpu_kernels(enabled=True):
-    """Steps this thread traces inside this context use the fused CPU kernels where they
-    apply (`enabled=False`: a context that changes nothing, for `with_current_setting`).
-
-    Per thread: a tf.distribute replica thread (MirroredStrategy traces each replica's
-    step in a thread of its own) gets the setting of the thread that called
-    `strategy.run` by running `with_current_setting(fn)`."""
-    depth = getattr(_local, "depth", 0)
-    _local.depth = depth + bool(enabled)
-    try:
-        yield
-    finally:
-        _local.depth = depth
-
-
-def enabled_here():
-    """True inside `fused_cpu_kernels()` in this thread."""
-    return getattr(_local, "depth", 0) > 0
-
-
-def with_current_setting(fn):
-    """`fn` run under this thread's fused-kernel setting, from whatever thread calls it.
-
-    Example (a replica step under MirroredStrategy):
-        with kernels.fused_cpu_kernels():
-            strategy.run(kernels.with_current_setting(step), (batch,))
-    """
-    enabled = enabled_here()
-
-    @functools.wraps(fn, updated=())  # not a tf.function's attributes: it is none
-    def run(*args, **kwargs):
-        with fused_cpu_kernels(enabled):
-            return fn(*args, **kwargs)
-
-    return run
-
-
-def ops_for(x):
-    """The fused op module if the step being traced may use it for tensor `x`, else None."""
-    if not enabled_here() or os.environ.get(_ENV_SWITCH, "1").strip() in ("0", "false", "off"):
+def ops_for(x, enabled=True):
+    """The fused op module for tensor `x` in the call being traced, or None: when
+    `enabled` (the calling layer's `fused_kernels` option), on TensorFlow, for float32,
+    outside XLA, with no GPU or TPU visible, and where the library builds and loads."""
+    if not enabled:
         return None
     import keras
 
@@ -129,6 +89,44 @@ def ops_for(x):
     if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
         return None
     return load()
+
+
+def use_fused_kernels(layer, enabled):
+    """Sets the `fused_kernels` option of `layer` and of every layer inside it (a
+    model, a block, ...) to `enabled`; takes effect at the next trace.
+
+    Raises:
+        ValueError: `layer` is not built yet (layers it makes when it builds would
+            keep the default).
+    """
+    if not getattr(layer, "built", True):
+        raise ValueError(f"use_fused_kernels({getattr(layer, 'name', layer)!r}, {enabled}): the layer is not built "
+                         "yet, and the layers it makes when it builds would keep the default; build it first "
+                         "(call it once, or model.build())")
+    for sublayer in _with_sublayers(layer):
+        if hasattr(sublayer, "fused_kernels"):
+            sublayer.fused_kernels = bool(enabled)
+
+
+@contextlib.contextmanager
+def fused_kernels_off(layer):
+    """`layer` and its sublayers with `fused_kernels` off inside the context, each
+    restored afterwards: for tracing a graph that must load without this library (a
+    SavedModel export)."""
+    saved = [(sublayer, sublayer.fused_kernels) for sublayer in _with_sublayers(layer)
+             if hasattr(sublayer, "fused_kernels")]
+    try:
+        for sublayer, _ in saved:
+            sublayer.fused_kernels = False
+        yield layer
+    finally:
+        for sublayer, enabled in saved:
+            sublayer.fused_kernels = enabled
+
+
+def _with_sublayers(layer):
+    flatten = getattr(layer, "_flatten_layers", None)  # Keras: the layer and every layer it tracks
+    return list(flatten(include_self=True, recursive=True)) if flatten else [layer]
 
 
 def load():

@@ -1,9 +1,9 @@
-"""`keras.layers.Dropout` that runs as one fused op inside a training step on CPU.
+"""`keras.layers.Dropout` that runs as one fused op in training on CPU.
 
 Everywhere else it is Keras' Dropout, unchanged (same config, same seed generator and
-state variable, same name). Inside `realformer_tf.kernels.fused_cpu_kernels()` (the
-training loop's steps), with TensorFlow on CPU in float32 and no XLA, it draws its mask
-with the `RealformerDropout` op: one pass forward, one pass backward and no stored
+state variable, same name). With its `fused_kernels` option on (the default), with
+TensorFlow on CPU in float32 and no XLA, it draws its mask with the
+`RealformerDropout` op: one pass forward, one pass backward and no stored
 mask, where TensorFlow's dropout takes four passes and keeps the mask (about 7% of a
 BERT-Base training step on 2 CPU cores, benchmarks/profile_encoder.py). The masks come
 from a different generator than TensorFlow's Philox, with the same keep probability
@@ -17,8 +17,7 @@ layer's `SeedGenerator`, as Keras does.
 
     layer = Dropout(0.1, seed=3)
     x = tf.ones((4, 7, 24))
-    with kernels.fused_cpu_kernels():
-        y = tf.function(lambda x: layer(x, training=True))(x)
+    y = tf.function(lambda x: layer(x, training=True))(x)
     print(float(tf.reduce_mean(tf.cast(y == 0, tf.float32))))  # about 0.1
 """
 
@@ -29,14 +28,23 @@ from realformer_tf import kernels
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class Dropout(keras.layers.Dropout):
-    """Keras' Dropout; one fused op on CPU inside the training loop's steps.
+    """Keras' Dropout; one fused op in training on CPU.
 
     Args:
         rate: float in [0, 1], the fraction of inputs set to zero in training.
         noise_shape: as in `keras.layers.Dropout`; a layer with one uses Keras' op.
         seed: int or None, seeds the layer's `SeedGenerator`.
+        fused_kernels: bool, draw the mask with the library's fused op where it
+            applies (TensorFlow on CPU, float32, outside XLA). Default True.
         **kwargs: standard layer arguments (`name`, `dtype`, ...).
     """
+
+    def __init__(self, rate, noise_shape=None, seed=None, fused_kernels=True, **kwargs):
+        super().__init__(rate, noise_shape=noise_shape, seed=seed, **kwargs)
+        self.fused_kernels = bool(fused_kernels)
+
+    def get_config(self):
+        return dict(super().get_config(), fused_kernels=self.fused_kernels)
 
     def call(self, inputs, training=False):
         fused = self._fused_ops(inputs, training)
@@ -47,4 +55,4 @@ class Dropout(keras.layers.Dropout):
     def _fused_ops(self, inputs, training):
         if not training or self.noise_shape is not None or not 0 < self.rate < 1:
             return None
-        return kernels.ops_for(inputs)
+        return kernels.ops_for(inputs, self.fused_kernels)

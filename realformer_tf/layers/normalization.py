@@ -73,12 +73,12 @@ def _no_slope():
     return ops.zeros(kernels.NO_SLOPE_SHAPE, "float32")
 
 
-# Each op below runs as TensorFlow's fused CPU kernel where `kernels.ops_for` allows
-# (training steps on a CPU, float32, no XLA) and as the keras.ops composite elsewhere;
-# both compute the same formulas.
+# Each op below runs as the library's fused CPU kernel where the layer's `fused_kernels`
+# option and `kernels.ops_for` allow (TensorFlow on a CPU, float32, no XLA) and as the
+# keras.ops composite elsewhere; both compute the same formulas.
 
-def _layer_norm(x, gamma, beta, epsilon):
-    fused = kernels.ops_for(x)
+def _layer_norm(x, gamma, beta, epsilon, fused_kernels=True):
+    fused = kernels.ops_for(x, fused_kernels)
 
     @ops.custom_gradient
     def forward(x, gamma, beta):
@@ -99,7 +99,7 @@ def _layer_norm(x, gamma, beta, epsilon):
     return forward(x, gamma, beta)
 
 
-def _gelu_standardize(x, epsilon, stats_dtype):
+def _gelu_standardize(x, epsilon, stats_dtype, fused_kernels=True):
     """(gelu(x) - mean) / std over the last axis as one op: NormFormer's feed-forward
     LayerNorm without its gamma and beta (which fold into the next projection).
 
@@ -109,7 +109,7 @@ def _gelu_standardize(x, epsilon, stats_dtype):
     activation (with the fold: NormFormer's step 0.96x the time and 0.89x the memory of
     the composite's, benchmarks/patches.py `composite_ffn`). gelu runs in x's dtype, the
     statistics and the result in `stats_dtype`, as in the composite."""
-    fused = kernels.ops_for(x) if stats_dtype == "float32" else None
+    fused = kernels.ops_for(x, fused_kernels) if stats_dtype == "float32" else None
 
     @ops.custom_gradient
     def forward(x):
@@ -130,9 +130,9 @@ def _gelu_standardize(x, epsilon, stats_dtype):
     return forward(x)
 
 
-def _standardize(x, epsilon):
+def _standardize(x, epsilon, fused_kernels=True):
     """(x - mean) / std over the last axis, with the backward of `_standardize_backward`."""
-    fused = kernels.ops_for(x)
+    fused = kernels.ops_for(x, fused_kernels)
 
     @ops.custom_gradient
     def forward(x):
@@ -154,7 +154,29 @@ def _standardize(x, epsilon):
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
 class LayerNorm(keras.layers.LayerNormalization):
-    """`keras.layers.LayerNormalization(axis=-1)` with the cheaper gradient above."""
+    """`keras.layers.LayerNormalization(axis=-1)` with the cheaper gradient above.
+
+    Args:
+        fused_kernels: bool, run as the library's fused CPU kernels where they apply
+            (TensorFlow on CPU, float32, outside XLA; `realformer_tf.kernels`). Default
+            True. The same formulas either way.
+        **kwargs: as `keras.layers.LayerNormalization` (`epsilon`, `name`, `dtype`, ...).
+
+    Example:
+
+        import numpy as np
+        from realformer_tf.layers.normalization import LayerNorm
+
+        layer = LayerNorm(epsilon=1e-12)
+        y = layer(np.random.default_rng(0).normal(size=(2, 5, 24)).astype("float32"))
+    """
+
+    def __init__(self, fused_kernels=True, **kwargs):
+        super().__init__(**kwargs)
+        self.fused_kernels = bool(fused_kernels)
+
+    def get_config(self):
+        return dict(super().get_config(), fused_kernels=self.fused_kernels)
 
     def call(self, inputs):
         if not self._normalizes_last_axis(inputs):
@@ -165,6 +187,7 @@ class LayerNorm(keras.layers.LayerNormalization):
             ops.cast(self.gamma, stats_dtype),
             ops.cast(self.beta, stats_dtype),
             self.epsilon,
+            self.fused_kernels,
         )
         return ops.cast(y, self.compute_dtype)
 
@@ -186,7 +209,7 @@ class LayerNorm(keras.layers.LayerNormalization):
         """
         if not self._normalizes_last_axis(inputs):
             return self(inputs), None
-        xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon)
+        xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon, self.fused_kernels)
         return ops.cast(xhat, self.compute_dtype), (self.gamma, self.beta)
 
     def normalize_and_project(self, inputs, dense, fold=True):
@@ -217,5 +240,6 @@ class LayerNorm(keras.layers.LayerNormalization):
         """
         if not (hidden_act == "gelu" and self._normalizes_last_axis(pre_activation)):
             return self.normalize_and_project(get_activation(hidden_act)(pre_activation), dense, fold)
-        xhat = _gelu_standardize(pre_activation, self.epsilon, self._stats_dtype(pre_activation))
+        xhat = _gelu_standardize(pre_activation, self.epsilon, self._stats_dtype(pre_activation),
+                                 self.fused_kernels)
         return folding.project(dense, ops.cast(xhat, dense.compute_dtype), (self.gamma, self.beta), fold)

@@ -41,6 +41,7 @@ import uuid
 
 import tensorflow as tf
 
+from realformer_tf import kernels
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import require_tensorflow_backend
 from realformer_tf.checkpoints import variant_evidence
@@ -186,7 +187,8 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
             max_query_length=max_query_length if task == "squad" else None,
             pad_to_max_seq_length=info["pad_to_max_seq_length"])
         serving = ServingFunctions(model, task, encoder, label_names, is_regression, family, input_options)
-        _save(serving, temp, info)
+        with kernels.fused_kernels_off(model):  # a graph TensorFlow Serving loads without our library
+            _save(serving, temp, info)
         tf.io.gfile.rename(temp, final)
     except BaseException:
         if tf.io.gfile.exists(temp):

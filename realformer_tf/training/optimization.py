@@ -57,8 +57,7 @@ class AdamW(keras.optimizers.AdamW):
     Keras runs an AdamW step as about a dozen separate ops per variable, each a pass
     over memory. Here, on the TensorFlow backend:
 
-    - inside a training step on CPU (`realformer_tf.kernels.fused_cpu_kernels()`,
-      float32, no XLA): the library's `RealformerApplyAdamW`, one pass over the
+    - with `fused_kernels` (default True), on CPU, float32, no XLA: the library's `RealformerApplyAdamW`, one pass over the
       variable, its two slots and the gradient that also applies the decay and the
       training loop's gradient scale (`apply(..., gradient_scale=...)`);
     - elsewhere: TensorFlow's `ResourceApplyAdam`, after one
@@ -68,7 +67,8 @@ class AdamW(keras.optimizers.AdamW):
     root, the decay w -= w * weight_decay * lr before the Adam step), same variables
     and checkpoints. Other backends, and `amsgrad`, run Keras' update.
 
-    Args: as `keras.optimizers.AdamW`.
+    Args: as `keras.optimizers.AdamW`, plus `fused_kernels` (bool, default True: the
+    fused update where it applies; `realformer_tf.kernels`).
 
     Example:
 
@@ -81,6 +81,13 @@ class AdamW(keras.optimizers.AdamW):
     # The scale of the `apply` call in progress: Keras' apply -> update_step chain has no
     # argument for it, so `apply` holds it here for exactly the length of its call.
     _scale_of_this_apply = None
+
+    def __init__(self, *args, fused_kernels=True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fused_kernels = bool(fused_kernels)
+
+    def get_config(self):
+        return dict(super().get_config(), fused_kernels=self.fused_kernels)
 
     def apply(self, grads, trainable_variables=None, gradient_scale=None):
         """`keras.optimizers.AdamW.apply`, with the update using `gradient *
@@ -128,7 +135,7 @@ class AdamW(keras.optimizers.AdamW):
                      epsilon=ops.cast(self.epsilon, dtype), beta1_power=ops.power(ops.cast(self.beta_1, dtype), step),
                      beta2_power=ops.power(ops.cast(self.beta_2, dtype), step))
         grad = tf.convert_to_tensor(ops.cast(gradient, dtype))  # sparse: densified, as Keras'
-        fused = kernels.ops_for(variable)
+        fused = kernels.ops_for(variable, self.fused_kernels)
         if fused is not None:
             return fused.realformer_apply_adam_w(
                 var=var, m=m, v=v, grad=grad, grad_scale=ops.cast(1.0 if scale is None else scale, dtype),

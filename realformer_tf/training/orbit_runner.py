@@ -5,7 +5,6 @@ calls the runner's train/eval steps inside one compiled `tf.while_loop` per
 import orbit
 from absl import logging
 
-from realformer_tf import kernels
 
 
 def _orbit_log(message):
@@ -44,9 +43,7 @@ class OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
     def train_step(self, iterator):
         # One optimizer step: the next gradient_accumulation_steps batches.
         batches = tuple(next(iterator) for _ in range(self._t.gradient_accumulation_steps))
-        # Replica threads trace under this thread's fused-kernel setting.
-        step = kernels.with_current_setting(self._t.replica_train_step)
-        self.train_metrics.add(self._t.strategy, self._t.strategy.run(step, (batches,)))
+        self.train_metrics.add(self._t.strategy, self._t.strategy.run(self._t.replica_train_step, (batches,)))
 
     def train_loop_end(self):
         values = self.train_metrics.means(self._t.task.loss_terms)
@@ -60,8 +57,7 @@ class OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):
         self.eval_metrics.reset()
 
     def eval_step(self, iterator):
-        step = kernels.with_current_setting(self._t.eval_step_fn)
-        self.eval_metrics.add(self._t.strategy, self._t.strategy.run(step, (next(iterator),)))
+        self.eval_metrics.add(self._t.strategy, self._t.strategy.run(self._t.eval_step_fn, (next(iterator),)))
 
     def eval_end(self):
         return self.eval_metrics.means(self._t.task.loss_terms)

@@ -19,9 +19,9 @@ update as one N-times larger batch (each loss term is divided by its count over 
 batches and all replicas, the sum is clipped once, global_step and the learning rate
 advance once).
 
-The steps are traced inside `kernels.fused_cpu_kernels()`: on a CPU without XLA their
-LayerNorms run as fused kernels (realformer_tf/kernels); the same model traced anywhere
-else (export, a user's own function) keeps TensorFlow's ops.
+On a CPU without XLA the model's LayerNorms and dropouts and the AdamW update run as
+fused kernels, by their own `fused_kernels` option (realformer_tf/kernels), as in any
+Keras `model.fit`; the SavedModel export traces the model with them off.
 
 Its parts, one module each in training/: task (the protocol), jit (the XLA policy),
 gradients (clipping, accumulation), workers (the chief), state (what a checkpoint
@@ -33,7 +33,6 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
-from realformer_tf import kernels
 from realformer_tf.training.gradients import add_gradients, clip_and_apply
 from realformer_tf.training.jit import resolve_jit_compile
 from realformer_tf.training.metrics import MetricAccumulator
@@ -264,8 +263,7 @@ class Trainer:
             summary_interval=self.steps_per_loop if summary_dir and self.is_chief else None,
             train_actions=[NonFiniteCheck(self), progress],
         )
-        with kernels.fused_cpu_kernels():
-            controller.train(steps=num_train_steps)
+        controller.train(steps=num_train_steps)
         return runner.train_metrics.means(self.task.loss_terms) if runner.train_metrics else {}
 
     def evaluate(self, eval_dataset_fn, num_steps, summary_dir=None):
@@ -276,8 +274,7 @@ class Trainer:
             strategy=self.strategy, evaluator=runner, global_step=self.global_step,
             eval_summary_dir=summary_dir if self.is_chief else None,
         )
-        with kernels.fused_cpu_kernels():
-            results = controller.evaluate(steps=num_steps)
+        results = controller.evaluate(steps=num_steps)
         results = {k: float(v) for k, v in results.items()}
         results["global_step"] = int(self.global_step.numpy())
         return results
@@ -294,9 +291,8 @@ class Trainer:
 
         keys = tuple(output_keys) + tuple(feature_keys)
         collected = {k: [] for k in keys}
-        with kernels.fused_cpu_kernels():
-            for features in dataset:
-                out = self.strategy.run(kernels.with_current_setting(step), (features,))
-                for k in keys:
-                    collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
+        for features in dataset:
+            out = self.strategy.run(step, (features,))
+            for k in keys:
+                collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
