@@ -44,7 +44,6 @@ The last line printed is the whole result as one JSON object.
 """
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -124,7 +123,6 @@ def build_classifier(kind, size, seed):
     from realformer_tf import etc_modeling, modeling
     from realformer_tf.checkpoints import bert as bert_checkpoint
     from realformer_tf.checkpoints import etc_official
-    from realformer_tf.checkpoints import hf as hf_checkpoint
     from realformer_tf.models import variants
 
     keras.utils.set_random_seed(seed)
@@ -148,48 +146,36 @@ def build_classifier(kind, size, seed):
     return model
 
 
-@contextlib.contextmanager
-def patched(obj, name, value):
-    old = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
-
-
 def export_one(model, path, *, lever=None, family=None, max_seq_length=MAX_SEQ_LENGTH, input_options=None,
-               reuse=False):
+               reuse=False, vocab_file=VOCAB_FILE):
     """export_model into `path`/1 with a lever applied (None: the export as shipped)."""
-    from realformer_tf.serving import export, signatures
+    from realformer_tf.serving import export
 
     if reuse and os.path.isdir(os.path.join(path, "1")):
         return os.path.join(path, "1")
+    return export.export_model(model, path, **export_options(lever), vocab_file=vocab_file, family=family,
+                               max_seq_length=max_seq_length, input_options=input_options)
 
-    kwargs = dict(task="classifier", vocab_file=VOCAB_FILE, do_lower_case=True, max_seq_length=max_seq_length,
-                  label_names=["0", "1"], version=1, family=family, input_options=input_options)
-    with contextlib.ExitStack() as stack:
-        if lever == "pad_max":
-            kwargs["pad_to_max_seq_length"] = True
-        elif lever == "xla":
-            # the model part compiled with XLA (the tokenizer ops cannot be), on rows padded
-            # to max_seq_length: XLA compiles once per input shape, and padding to the
-            # batch's longest row would make every new length a compilation (seconds).
-            kwargs["pad_to_max_seq_length"] = True
-            original = signatures.ServingFunctions._model_outputs
 
-            def compiled(self, features):
-                if not hasattr(self, "_xla_model"):
-                    self._xla_model = __import__("tensorflow").function(
-                        lambda f: original(self, f), jit_compile=True, autograph=False)
-                return self._xla_model({k: features[k] for k in ("input_ids", "input_mask", "segment_ids")})
+def export_options(lever=None):
+    """export_model's arguments for the benchmark's export with `lever` (None: as shipped).
 
-            stack.enter_context(patched(signatures.ServingFunctions, "_model_outputs", compiled))
-        elif lever == "etc_max":
-            # ETC as it was: every row padded to max_seq_length (no length buckets).
-            if hasattr(signatures, "ETC_LENGTH_BUCKETS"):
-                stack.enter_context(patched(signatures, "ETC_LENGTH_BUCKETS", ()))
-        return export.export_model(model, path, **kwargs)
+    pad_max: every batch padded to max_seq_length (static shapes).
+    xla: the model part compiled with XLA (the tokenizer ops cannot be), on rows padded to
+        max_seq_length: XLA compiles once per input shape, and padding to the batch's
+        longest row would make every new length a compilation (seconds).
+    etc_max: ETC as it was: every row padded to max_seq_length (no length buckets).
+    """
+    options = dict(task="classifier", do_lower_case=True, label_names=["0", "1"], version=1)
+    if lever not in (None, "pad_max", "xla", "etc_max"):
+        raise ValueError(f"unknown lever {lever!r}")
+    if lever in ("pad_max", "xla"):
+        options["pad_to_max_seq_length"] = True
+    if lever == "xla":
+        options["compile_model"] = True
+    if lever == "etc_max":
+        options["length_buckets"] = ()
+    return options
 
 
 def make_exports(args, work):

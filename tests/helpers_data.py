@@ -193,7 +193,19 @@ def run_script(script, *args, timeout=600, env=None, cwd=ROOT):
         except Exception:  # a bug: as a process, a traceback and exit 1
             traceback.print_exc()
             status = 1
+    _release_program_memory()
     return subprocess.CompletedProcess(argv, int(status or 0), output["stdout"], output["stderr"])
+
+
+def _release_program_memory():
+    """What a finished process would give back: the program's models, graphs and Keras
+    names (a test file runs dozens of programs in one worker)."""
+    import gc
+
+    import keras
+
+    keras.backend.clear_session()
+    gc.collect()
 
 
 def program_main(script):

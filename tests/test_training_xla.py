@@ -186,11 +186,12 @@ print(json.dumps(report))
 
 
 @pytest.mark.slow
-def test_every_variant_trains_compiled_under_mirrored_strategy(tmp_path):
-    # Every variant trains; the compiled eval step (the same mechanism) runs for two, and
-    # mixed precision for one, to keep the many per-replica XLA compilations in minutes.
-    cases = [(v, "none", v in ("realformer_normformer", "etc")) for v in [*VARIANTS, "etc"]]
-    cases.append(("bert", "bfloat16", False))
+def test_compiled_training_under_mirrored_strategy(tmp_path):
+    # What MirroredStrategy adds (per-replica compiled steps, the merged update) does not
+    # depend on the variant, which test_every_variant_trains_compiled covers: the variant
+    # with every option (RealFormer + NormFormer) and ETC (its own inputs) train and
+    # evaluate, and BERT trains in bfloat16.
+    cases = [("realformer_normformer", "none", True), ("etc", "none", True), ("bert", "bfloat16", False)]
     code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
     proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=h.script_env(), capture_output=True,
                           text=True, timeout=1500)

@@ -3,11 +3,13 @@ eleven-field bert_config.json) never silently builds the other architecture: the
 weights decide (their masked-LM loss with residual attention on vs off) or the run
 stops with one error line; a stated field is always obeyed.
 
-The two tiny pretrained models are trained here on a copy task ([CLS] s [SEP] s [SEP]
-with tokens masked on either side): a masked token is only recoverable by attending to
-its twin, so the attention pattern is what the model learned, and computing it the
-other way (adding or dropping the previous layers' scores) visibly loses it. Four
-layers, 1000 steps: ~30 s for both."""
+The two tiny pretrained models were trained on a copy task ([CLS] s [SEP] s [SEP] with
+tokens masked on either side): a masked token is only recoverable by attending to its
+twin, so the attention pattern is what the model learned, and computing it the other
+way (adding or dropping the previous layers' scores) visibly loses it. Four layers,
+1000 steps each (`train_copy_models`); the checkpoints are committed under
+tests/fixtures/copy_task_residual_{on,off}/ (tools/make_evidence_fixtures.py writes
+them anew), so the suite does not train them every run."""
 
 import dataclasses
 import json
@@ -91,25 +93,44 @@ def write_copy_squad(path):
     return str(path)
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def fixture_dir(value):
+    return os.path.join(FIXTURES, f"copy_task_residual_{'on' if value else 'off'}")
+
+
+def train_copy_models(d, log=lambda m: None):
+    """Pretrains the two copy-task models (residual attention on and off) under `d`;
+    returns {residual_attention: bert_model.ckpt prefix}."""
+    vocab = h.write_vocab(os.path.join(d, "vocab.txt"))
+    tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+    records = write_copy_records(os.path.join(d, "copy.tfrecord"), tokenizer, 512, seed=0)
+    trained = {}
+    for value in (True, False):
+        config = h.write_config(os.path.join(d, f"stated_{value}.json"), residual_attention=value,
+                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **SIZES)
+        out = os.path.join(d, f"pretrained_{value}")
+        run_pretraining(PretrainingOptions(
+            input_file=records, output_dir=out, bert_config_file=config, do_train=True, train_batch_size=32,
+            max_seq_length=SEQ, max_predictions_per_seq=PRED, num_train_steps=1000, num_warmup_steps=10,
+            learning_rate=3e-3, iterations_per_loop=1000, save_checkpoints_steps=1000, seed=1), log=log)
+        written = json.load(open(os.path.join(out, "bert_config.json")))
+        assert written["residual_attention"] is value  # the run's final config states it
+        trained[value] = os.path.join(out, "bert_model.ckpt")
+    return trained
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """{residual_attention: (checkpoint prefix, eleven-field config)} plus the data."""
     d = tmp_path_factory.mktemp("variant_models")
     vocab = h.write_vocab(d / "vocab.txt")
     tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
-    records = write_copy_records(d / "copy.tfrecord", tokenizer, 512, seed=0)
-    trained = {}
-    for value in (True, False):
-        config = h.write_config(d / f"stated_{value}.json", residual_attention=value, hidden_dropout_prob=0.0,
-                                attention_probs_dropout_prob=0.0, **SIZES)
-        out = str(d / f"pretrained_{value}")
-        run_pretraining(PretrainingOptions(
-            input_file=records, output_dir=out, bert_config_file=config, do_train=True, train_batch_size=32,
-            max_seq_length=SEQ, max_predictions_per_seq=PRED, num_train_steps=1000, num_warmup_steps=10,
-            learning_rate=3e-3, iterations_per_loop=1000, save_checkpoints_steps=1000, seed=1), log=lambda m: None)
-        written = json.load(open(os.path.join(out, "bert_config.json")))
-        assert written["residual_attention"] is value  # the run's final config states it
-        trained[value] = os.path.join(out, "bert_model.ckpt")
+    trained = {value: os.path.join(fixture_dir(value), "bert_model.ckpt") for value in (True, False)}
+    for value, prefix in trained.items():  # the fixtures fit this vocab and these sizes
+        config = BertConfig.from_json_file(os.path.join(fixture_dir(value), "bert_config.json"))
+        assert config.residual_attention is value and config.vocab_size == h.vocab_size()
     return dict(trained=trained, config=eleven_field_config(d / "bert_config.json"), vocab=vocab, dir=d,
                 records=write_copy_records(d / "eval.tfrecord", tokenizer, 8, seed=9),
                 mrpc=write_copy_mrpc(d / "mrpc"), squad=write_copy_squad(d / "squad.json"))

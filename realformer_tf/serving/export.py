@@ -47,6 +47,7 @@ from realformer_tf.errors import require_tensorflow_backend
 from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.errors import UsageError
 from realformer_tf.families import get_family
+from realformer_tf.serving import signatures
 from realformer_tf.serving.signatures import ServingFunctions
 from realformer_tf.serving.text_encoder import BertTextEncoder, read_vocab
 from realformer_tf.errors import ExportError  # noqa: F401  (raised here, public here)
@@ -139,7 +140,8 @@ def _new_version_path(export_dir, version):
 
 def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_length,
                  label_names=None, is_regression=False, version=None, max_query_length=64,
-                 pad_to_max_seq_length=False, extra_info=None, family=None, input_options=None):
+                 pad_to_max_seq_length=False, extra_info=None, family=None, input_options=None,
+                 length_buckets=None, compile_model=False):
     """Writes `model` (a built task model of `family`, default BERT, with its weights) as
     `export_dir/<version>/`; returns that path.
 
@@ -147,7 +149,13 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
         task: "classifier", "squad" or "encoder" (BERT only).
         input_options: for ETC, the options its inputs are built with
             (`etc_tokens_per_global`); rows are then padded to the smallest of
-            `signatures.ETC_LENGTH_BUCKETS` + [max_seq_length] that the batch's longest row fits.
+            `length_buckets` + [max_seq_length] that the batch's longest row fits.
+        length_buckets: the lengths a static-length family (ETC) is traced at, below
+            max_seq_length (default `signatures.ETC_LENGTH_BUCKETS`; () pads every batch
+            to max_seq_length).
+        compile_model: compile the model part of the signatures with XLA (not the
+            tokenizer); use with pad_to_max_seq_length, as XLA compiles once per input
+            shape.
         version: defaults to the next free integer. The SavedModel is written under a
             temporary name and renamed into place, so a model server watching
             export_dir never sees a half-written version.
@@ -186,7 +194,10 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
             pair_truncation="squad" if task == "squad" else "longest_first",
             max_query_length=max_query_length if task == "squad" else None,
             pad_to_max_seq_length=info["pad_to_max_seq_length"])
-        serving = ServingFunctions(model, task, encoder, label_names, is_regression, family, input_options)
+        serving = ServingFunctions(
+            model, task, encoder, label_names, is_regression, family, input_options,
+            length_buckets=signatures.ETC_LENGTH_BUCKETS if length_buckets is None else length_buckets,
+            compile_model=compile_model)
         with kernels.fused_kernels_off(model):  # a graph TensorFlow Serving loads without our library
             _save(serving, temp, info)
         tf.io.gfile.rename(temp, final)

@@ -42,8 +42,15 @@ class ServingFunctions:
     """
 
     def __init__(self, model, task, text_encoder, label_names=None, is_regression=False,
-                 family=None, input_options=None):
+                 family=None, input_options=None, length_buckets=ETC_LENGTH_BUCKETS, compile_model=False):
         self.model = model
+        # A static-length family's model is traced at each of these lengths (and
+        # max_seq_length); () pads every batch to max_seq_length.
+        self._length_buckets = tuple(length_buckets)
+        # The model part compiled with XLA (the tokenizer ops cannot be): for inputs of a
+        # few fixed lengths (pad_to_max_seq_length), since XLA compiles once per shape.
+        self._compiled_model = (tf.function(self._call_model, jit_compile=True, autograph=False)
+                                if compile_model else None)
         # The family turns the BERT-layout features into its model's inputs (ETC: global
         # tokens, masks, relative ids), in the graph.
         self.family = family or get_family("bert")
@@ -88,11 +95,14 @@ class ServingFunctions:
         root.model_variables = variables
         return root
 
+    def _call_model(self, features):
+        return self.model(self.family.adapt_features(features, self.model.config, self.input_options),
+                          training=False)
+
     def _model_outputs(self, features):
         features = {k: features[k] for k in ("input_ids", "input_mask", "segment_ids")}
         if not self.family.static_length:
-            return self.model(self.family.adapt_features(features, self.model.config, self.input_options),
-                              training=False)
+            return (self._compiled_model or self._call_model)(features)
         # A fixed length: pad to the smallest bucket the batch fits (the last one is
         # max_seq_length), run the model traced at that length, cut per-token outputs back.
         length = tf.shape(features["input_ids"])[1]
@@ -118,7 +128,7 @@ class ServingFunctions:
 
     def length_buckets(self):
         """The input lengths a static-length family's model is traced at."""
-        return [b for b in ETC_LENGTH_BUCKETS if b < self.max_seq_length] + [self.max_seq_length]
+        return [b for b in self._length_buckets if b < self.max_seq_length] + [self.max_seq_length]
 
     def _run(self, features):
         outputs = self._model_outputs(features)
