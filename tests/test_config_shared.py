@@ -27,7 +27,7 @@ def test_block_options_build_the_stack_unchanged(cls):
     config = cls(vocab_size=10, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=16, layer_norm_type="normformer", normformer_residual_scale=True,
                  normformer_head_scale_position="after_projection", use_running_mean=True)
-    options = config.block_options(1e-12)
+    options = config.block_options()
     stack = (TransformerEncoder if cls is BertConfig else GlobalLocalEncoder)(**options)
     block = stack.blocks[1]
     for option, field in BLOCK_OPTION_FIELDS.items():

@@ -7,6 +7,7 @@ reproduce transformers' outputs within 1e-5, and folders we write must load back
 bit-exactly.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -237,7 +238,7 @@ def test_hf_config_mapping_and_refusals(tmp_path):
     refused = {
         "model_type": ("roberta", "model_type"),
         "position_embedding_type": ("relative_key", "position_embedding_type"),
-        "layer_norm_eps": (1e-5, "layer_norm_eps"),
+        "layer_norm_eps": ("x", "layer_norm_eps"),
         "hidden_act": ("quick_gelu", "quick_gelu"),
         "is_decoder": (True, "is_decoder"),
     }
@@ -247,6 +248,45 @@ def test_hf_config_mapping_and_refusals(tmp_path):
         with pytest.raises(ConfigError) as err:
             BertConfig.from_json_file(str(path))
         assert named in str(err.value) and str(path) in str(err.value), str(err.value)
+
+
+def test_hf_folder_with_another_layer_norm_eps_predicts_what_transformers_predicts(tmp_path):
+    """layer_norm_eps is a config field in both formats, used by every LayerNorm: a
+    folder with 1e-3 (where it changes the outputs) gives transformers' logits."""
+    transformers = pytest.importorskip("transformers", reason="in requirements-test.txt")
+    torch = pytest.importorskip("torch", reason="in requirements-test.txt")
+    torch.manual_seed(0)
+    hf_config = transformers.BertConfig(vocab_size=50, hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                                        intermediate_size=40, max_position_embeddings=20, layer_norm_eps=1e-3,
+                                        hidden_act="gelu", num_labels=3)
+    hf_model = transformers.BertForSequenceClassification(hf_config).eval()
+    with torch.no_grad():  # LayerNorm gains far from 1, so that epsilon matters
+        for module in hf_model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 2.0)
+                module.bias.uniform_(-0.5, 0.5)
+    folder = str(tmp_path / "hf")
+    hf_model.save_pretrained(folder, safe_serialization=True)
+    ids = np.random.default_rng(1).integers(1, 50, size=(2, 9))
+    mask = np.array([[1] * 9, [1] * 6 + [0] * 3])
+    with torch.no_grad():
+        want = hf_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+
+    config = BertConfig.from_json_file(folder)
+    assert config.layer_norm_eps == pytest.approx(1e-3) and not config.residual_attention
+    model = modeling.BertClassifierModel(config, num_labels=3)
+    bert_checkpoint.load_bert_checkpoint(model, folder)
+    got = model({"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}, training=False)["logits"]
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-4)
+    right_diff = float(np.max(np.abs(np.asarray(got) - want)))
+    wrong = modeling.BertClassifierModel(dataclasses.replace(config, layer_norm_eps=1e-12), num_labels=3)
+    bert_checkpoint.load_bert_checkpoint(wrong, folder)
+    off = wrong({"input_ids": ids, "input_mask": mask, "segment_ids": np.zeros_like(ids)}, training=False)["logits"]
+    wrong_diff = float(np.max(np.abs(np.asarray(off) - want)))
+    assert wrong_diff > 2e-4 and wrong_diff > 20 * right_diff, (wrong_diff, right_diff)  # the field matters
+    # Written back, the folder keeps it.
+    again = hf_checkpoint.save_hf_folder(model, str(tmp_path / "again"))
+    assert json.load(open(os.path.join(again, "config.json")))["layer_norm_eps"] == pytest.approx(1e-3)
 
 
 def copy_fixture(tmp_path, name="hf_bert_pretraining_gelu"):

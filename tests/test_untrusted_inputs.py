@@ -161,7 +161,7 @@ FOLDER_CASES = [
     ("f32-relabelled-i32", lambda f: _edit_weights(f, _relabel_i32), ["word_embeddings.weight (I32)", "floating point"]),
     ("nan-weights", lambda f: _edit_weights(f, _nan), ["NaN or Inf", "word_embeddings", ckpt.ALLOW_NONFINITE_ENV]),
     ("hf-config-layer-norm-eps-string", lambda f: _edit_config(f, layer_norm_eps="x"),
-     ["config.json", "layer_norm_eps must be a number"]),
+     ["config.json", "layer_norm_eps must be positive"]),
     ("hf-config-hidden-act-list", lambda f: _edit_config(f, hidden_act=["gelu"]),
      ["config.json", "hidden_act must be a string"]),
     ("hf-config-vocab-1e9", lambda f: _edit_config(f, vocab_size=10**9), ["config.json", "vocab_size=1000000000 exceeds"]),
@@ -181,7 +181,7 @@ def _convert_in_process(tmp_path, folder):
 @pytest.mark.parametrize("damage, expected", [c[1:] for c in FOLDER_CASES], ids=[c[0] for c in FOLDER_CASES])
 def test_damaged_hf_folder_is_one_user_error(tmp_path, damage, expected):
     """In-process (fast): a UserError, which the scripts print as one `error:` line and
-    exit 1 (cli.run; test_cli_errors); the next test runs the script on the cases that
+    exit 1 (app.run_program; test_cli_errors); the next test runs the script on the cases that
     crashed or silently succeeded before."""
     folder = _folder(tmp_path)
     damage(folder)

@@ -145,7 +145,7 @@ def test_a_file_without_the_field_leaves_it_unstated_and_everything_sees_a_bool(
     assert config != ve.decided(config) and BertConfig.from_dict(config.to_dict()) == config
     assert ve.decided(config).to_dict()["residual_attention"] is True  # what any run writes states it
     assert config.residual_attention is None  # deciding made a new config
-    assert config.block_options(1e-12)["residual_attention"] is True
+    assert config.block_options()["residual_attention"] is True
     assert "residual attention on" in config.describe()
     assert ve.is_stated(BertConfig.from_dict(dict(h.tiny_config_dict(), residual_attention=True)))
     assert ve.is_stated(BertConfig(vocab_size=10))  # the Python default is a statement

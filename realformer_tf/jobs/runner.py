@@ -26,7 +26,7 @@ from realformer_tf.serving import export
 from realformer_tf.training import optimization
 from realformer_tf.jobs import outputs
 from realformer_tf.checkpoints import variant_evidence
-from realformer_tf.errors import UsageError, require
+from realformer_tf.errors import UsageError, UserError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output
 from realformer_tf.training.trainer import Trainer
@@ -276,6 +276,11 @@ def claim_output_dir(output_dir, config, identity, write=True, record=None):
         with tf.io.gfile.GFile(path) as f:
             previous = json.load(f)
         previous.pop("run", None)
+        if isinstance(previous.get("bert_config"), dict):  # fields added since: their defaults
+            try:
+                previous["bert_config"] = type(config).from_dict(previous["bert_config"]).to_dict()
+            except UserError:
+                pass  # not a config of this family: the comparison below names the difference
         if previous != current:
             raise UsageError(
                 f"--output_dir={output_dir} holds checkpoints of another model or task (differs in: "

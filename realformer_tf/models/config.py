@@ -109,7 +109,7 @@ def check_field_names(values, known, ignored, source):
 # Transformer block option (realformer_tf.layers.transformer.BLOCK_OPTIONS, plus the
 # stacks' num_layers) -> the config field that sets it: the one place the JSON names
 # (unchanged, as bert_config.json files have them) meet the layers' keywords.
-# layer_norm_epsilon is no config field: the models pass BERT's 1e-12.
+# layer_norm_epsilon comes from the config's layer_norm_eps (block_options).
 BLOCK_OPTION_FIELDS = dict(
     num_layers="num_hidden_layers", num_heads="num_attention_heads",
     intermediate_size="intermediate_size", hidden_act="hidden_act",
@@ -169,6 +169,9 @@ class JsonConfig:
             f.write(self.to_json_string())
 
 
+DEFAULT_LAYER_NORM_EPS = 1e-12  # BERT's
+
+
 def _keyword(default):
     return dataclasses.field(default=default, kw_only=True)
 
@@ -186,7 +189,7 @@ class EncoderConfig(JsonConfig):
 
     Example:
     >>> from realformer_tf.models.bert.config import BertConfig
-    >>> BertConfig(100, 64, 2, 4, 128, layer_norm_type="pre").block_options(1e-12)["head_scale_position"]
+    >>> BertConfig(100, 64, 2, 4, 128, layer_norm_type="pre").block_options()["head_scale_position"]
     'before_projection'
     """
 
@@ -213,6 +216,8 @@ class EncoderConfig(JsonConfig):
     layer_norm_type: str = _keyword("post")
     normformer_head_scale_position: str = _keyword("before_projection")
     normformer_residual_scale: bool = _keyword(False)
+    # Every LayerNorm's epsilon (BERT's 1e-12; Hugging Face's config.json name).
+    layer_norm_eps: float = _keyword(DEFAULT_LAYER_NORM_EPS)
 
     def __post_init__(self):
         self._validate()
@@ -232,11 +237,11 @@ class EncoderConfig(JsonConfig):
         package's default (on) where it is unstated."""
         return self.residual_attention is not False
 
-    def block_options(self, layer_norm_epsilon):
+    def block_options(self):
         """Keyword arguments of the encoder stacks (TransformerEncoder and ETC's
         GlobalLocalEncoder) from this config's fields (`BLOCK_OPTION_FIELDS`)."""
         options = {option: getattr(self, field) for option, field in BLOCK_OPTION_FIELDS.items()}
-        return dict(options, residual_attention=self.uses_residual_attention, layer_norm_epsilon=layer_norm_epsilon)
+        return dict(options, residual_attention=self.uses_residual_attention, layer_norm_epsilon=self.layer_norm_eps)
 
     def _validate(self):
         """Raises ConfigError naming the first bad field."""
@@ -257,9 +262,10 @@ class EncoderConfig(JsonConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
-        value = self.initializer_range
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-            raise ConfigError(f"initializer_range must be positive, got {value!r}")
+        for name in ("initializer_range", "layer_norm_eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ConfigError(f"{name} must be positive, got {value!r}")
         if self.residual_attention is not None and not isinstance(self.residual_attention, bool):
             raise ConfigError(f"residual_attention must be true, false or null (unstated), got "
                               f"{self.residual_attention!r}")

@@ -246,7 +246,11 @@ class Trainer:
         `train_dataset_fn(input_context, start_step)` is told how many batches the
         steps before this run consumed (global step x gradient_accumulation_steps), so
         that a resumed run can continue the data where it stopped
-        (records.make_dataset_fn replays a seeded order)."""
+        (records.make_dataset_fn replays a seeded order). A run that has already
+        reached `num_train_steps` says so and reads no input."""
+        if int(self.global_step.numpy()) >= num_train_steps:
+            log_fn(f"Training already finished: step {int(self.global_step.numpy())} of {num_train_steps}")
+            return {}
         start_step = int(self.global_step.numpy()) * self.gradient_accumulation_steps
         dataset = self.strategy.distribute_datasets_from_function(
             lambda input_context: train_dataset_fn(input_context, start_step=start_step))

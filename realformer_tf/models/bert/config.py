@@ -6,7 +6,6 @@ translation; the weights side is `realformer_tf.checkpoints.hf`)."""
 import dataclasses
 import os
 
-import numpy as np
 from absl import logging
 
 from realformer_tf.errors import ConfigError, VariantExportError
@@ -80,7 +79,6 @@ CONFIG_NAME = "config.json"
 VARIANT_MODEL_TYPE = "realformer_bert"
 VARIANT_ARCHITECTURE_PREFIX = "RealFormerTf"
 WEIGHTS_NAME = "model.safetensors"
-LAYER_NORM_EPSILON = 1e-12  # the only value our models compute with (as BERT)
 
 # hidden_act: Hugging Face name -> ours. HF "gelu" is the exact erf form; BERT's (and
 # our) "gelu" is the tanh approximation, which HF calls gelu_new / gelu_pytorch_tanh /
@@ -116,11 +114,6 @@ def _check_computable(values, source):
             _refuse(source, field, values[field], "give an encoder-only BERT")
     if values.get("pruned_heads"):
         _refuse(source, "pruned_heads", values["pruned_heads"], "give a model without pruned heads")
-    eps = values.get("layer_norm_eps", LAYER_NORM_EPSILON)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise ConfigError(f"{source}: layer_norm_eps must be a number, got {eps!r}")
-    if not np.isclose(eps, LAYER_NORM_EPSILON, rtol=1e-6, atol=0):
-        _refuse(source, "layer_norm_eps", eps, f"our LayerNorms use BERT's {LAYER_NORM_EPSILON}")
     act = values.get("hidden_act", "gelu")
     if not isinstance(act, str):
         raise ConfigError(f"{source}: hidden_act must be a string, got {act!r}")
@@ -139,8 +132,8 @@ def config_from_hf_dict(values, source="config.json"):
 
     Raises:
         ConfigError naming the field, for settings we cannot compute (model_type other
-        than bert, relative position embeddings, decoders, pruned heads, layer_norm_eps
-        other than 1e-12, unknown activations).
+        than bert, relative position embeddings, decoders, pruned heads, unknown
+        activations).
     """
     if not isinstance(values, dict):
         raise ConfigError(f"{source}: expected a JSON object, got {type(values).__name__}")
@@ -150,7 +143,7 @@ def config_from_hf_dict(values, source="config.json"):
                           "write the folder again with realformer_tf")
     if "vocab_size" not in values:
         raise ConfigError(f"{source}: the required field vocab_size is missing")
-    ours = {k: values[k] for k in _SIZE_FIELDS if k in values}
+    ours = {k: values[k] for k in _SIZE_FIELDS + ("layer_norm_eps",) if k in values}
     ours["hidden_act"] = _ACTIVATIONS_FROM_HF[values.get("hidden_act", "gelu")]
     ours["residual_attention"] = False
     ours.update({k: values[k] for k in VARIANT_FIELDS if k in values})
@@ -170,7 +163,7 @@ def config_to_hf_dict(config, architecture):
     values = {field: getattr(config, field) for field in _SIZE_FIELDS}
     values.update(
         architectures=[architecture], model_type="bert",
-        hidden_act=_ACTIVATIONS_TO_HF[config.hidden_act], layer_norm_eps=LAYER_NORM_EPSILON,
+        hidden_act=_ACTIVATIONS_TO_HF[config.hidden_act], layer_norm_eps=config.layer_norm_eps,
         position_embedding_type="absolute", pad_token_id=0, tie_word_embeddings=True,
     )
     if not stock_transformers_computes(config):

@@ -22,7 +22,6 @@ from realformer_tf.layers.encoder import TransformerEncoder
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
 from realformer_tf.models.shared import ConfigModel, SpanHead
 
-LAYER_NORM_EPSILON = 1e-12
 
 
 
@@ -59,12 +58,12 @@ class BertModel(bert_compat.OriginalBertModelApi, ConfigModel, keras.Model):
             type_vocab_size=config.type_vocab_size,
             hidden_dropout=config.hidden_dropout_prob,
             initializer_range=config.initializer_range,
-            layer_norm_epsilon=LAYER_NORM_EPSILON,
+            layer_norm_epsilon=config.layer_norm_eps,
             name="embeddings",
             dtype=self.dtype_policy,
         )
         self.encoder = TransformerEncoder(
-            **config.block_options(LAYER_NORM_EPSILON),
+            **config.block_options(),
             name="encoder",
             dtype=self.dtype_policy,
         )
@@ -145,7 +144,7 @@ class BertPretrainingModel(_BertWithHead):
         cfg = self.config
         self.masked_lm = MaskedLMHead(
             cfg.vocab_size, hidden_act=cfg.hidden_act, initializer_range=cfg.initializer_range,
-            layer_norm_epsilon=LAYER_NORM_EPSILON, name="predictions", dtype=self.dtype_policy,
+            layer_norm_epsilon=self.config.layer_norm_eps, name="predictions", dtype=self.dtype_policy,
         )
         self.next_sentence = BertLogits(
             2, initializer_range=cfg.initializer_range, name="seq_relationship",

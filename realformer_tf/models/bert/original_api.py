@@ -17,10 +17,11 @@ from keras import ops
 
 from realformer_tf.layers.activations import gelu as _package_gelu
 from realformer_tf.errors import OriginalApiError  # noqa: F401  (raised here, public here)
+from realformer_tf.models.config import DEFAULT_LAYER_NORM_EPS
 
 _TF = keras.backend.backend() == "tensorflow"
 _MODELS = weakref.WeakSet()  # every BertModel / head model: name maps for the assignment map
-LAYER_NORM_EPSILON = 1e-12
+LAYER_NORM_EPSILON = DEFAULT_LAYER_NORM_EPS  # the original modeling.py's layer_norm
 
 
 # ----------------------------------------------------------------- plain functions

@@ -27,9 +27,8 @@ from realformer_tf.layers.etc import (
     GlobalLocalEncoder,
 )
 from realformer_tf.layers.heads import BertLogits, MaskedLMHead
+from realformer_tf.models.config import DEFAULT_LAYER_NORM_EPS
 from realformer_tf.models.shared import ConfigModel, SpanHead
-
-LAYER_NORM_EPSILON = 1e-12
 
 
 # ----------------------------------------------------------------------------- layers
@@ -50,7 +49,7 @@ class EtcEmbeddings(keras.layers.Layer):
 
     def __init__(self, vocab_size, hidden_size, segment_vocab_size=16,
                  max_absolute_position_embeddings=0, hidden_dropout=0.1, initializer_range=0.02,
-                 layer_norm_epsilon=LAYER_NORM_EPSILON, embedding_size=None,
+                 layer_norm_epsilon=DEFAULT_LAYER_NORM_EPS, embedding_size=None,
                  separate_position_tables=False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = int(vocab_size)
@@ -203,8 +202,8 @@ class EtcModel(ConfigModel, keras.Model):
             max_absolute_position_embeddings=config.max_absolute_position_embeddings,
             hidden_dropout=config.hidden_dropout_prob, initializer_range=config.initializer_range,
             embedding_size=config.embedding_size, separate_position_tables=config.official,
-            name="embeddings", dtype=self.dtype_policy)
-        options = config.block_options(LAYER_NORM_EPSILON)
+            layer_norm_epsilon=config.layer_norm_eps, name="embeddings", dtype=self.dtype_policy)
+        options = config.block_options()
         options.update(
             local_radius=config.local_radius,
             relative_pos_max_distance=config.relative_pos_max_distance,
@@ -317,7 +316,7 @@ class EtcPretrainingModel(_EtcWithHead):
         self.next_sentence_head = bool(next_sentence_head)
         self.masked_lm = MaskedLMHead(
             cfg.vocab_size, hidden_act=cfg.hidden_act, initializer_range=cfg.initializer_range,
-            layer_norm_epsilon=LAYER_NORM_EPSILON, name="predictions", dtype=self.dtype_policy)
+            layer_norm_epsilon=cfg.layer_norm_eps, name="predictions", dtype=self.dtype_policy)
         self.next_sentence = None
         if self.next_sentence_head:
             self.next_sentence = BertLogits(2, initializer_range=cfg.initializer_range,
