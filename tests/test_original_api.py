@@ -17,6 +17,7 @@ import tensorflow as tf
 import bert_numpy
 from realformer_tf import modeling
 from realformer_tf.checkpoints import bert as bert_checkpoint
+from realformer_tf.models import variants
 from realformer_tf.models.bert import original_api as bert_compat
 
 TOL = 1e-5
@@ -274,3 +275,18 @@ def test_realformer_transformer_model_against_numpy(checkpoint):
         h, prev = bert_numpy.transformer_layer(h, weights, i, cfg, adder, prev)
         close(layers[i], h)
         close(scores[i], prev)
+
+
+@pytest.mark.parametrize("variant", list(variants.VARIANTS))
+def test_original_names_follow_from_the_variables_alone(variant):
+    """get_assignment_map_from_checkpoint names each variable it is given from the
+    variable's own Keras path, as the original names TF1 variables: the same names
+    `bert_variables` gives, for every kind and variant, whatever the model's name, and
+    with no record of the models alive in the process."""
+    config = modeling.BertConfig(**dict(CONFIG, **variants.get_variant(variant).settings))
+    for model in (modeling.BertModel(config, name="my_encoder"), modeling.BertPretrainingModel(config),
+                  modeling.BertClassifierModel(config, num_labels=3, name="clf_7"), modeling.BertSquadModel(config)):
+        names = bert_checkpoint.bert_variables(model)
+        assert {bert_checkpoint.original_name(v.path): n for n, v in names.items()} == {n: n for n in names}
+        assert len({id(v) for v in model.weights}) == len(names)  # every weight has its name
+    assert bert_checkpoint.original_name("dense/kernel") is None

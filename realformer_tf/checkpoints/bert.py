@@ -14,6 +14,8 @@ Face folders, read through `hf_folder`) by them.
     bert_checkpoint.bert_variables(model)["bert/pooler/dense/kernel"]
 """
 
+import re
+
 from realformer_tf.checkpoints import hf_folder
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints import variant_evidence
@@ -121,6 +123,47 @@ def _head_variables(model, kind):
     if kind == "squad":
         return _logits("cls/squad/", model.span)
     return {}
+
+
+# A weight's Keras path (ending) -> its original name: what `bert_variables` gives, read
+# off the path alone (the model's own name, first in the path, is free), for
+# `get_assignment_map_from_checkpoint`, which gets variables and no model.
+# tests/test_original_api.py checks the two agree on every variant and kind.
+_LAYER = r"encoder/layer_(\d+)/"
+_PATH_NAMES = tuple((re.compile(r"(?:^|/)" + pattern + "$"), name) for pattern, name in (
+    (r"embeddings/(word|token_type|position)_embeddings", r"bert/embeddings/\1_embeddings"),
+    (r"embeddings/layer_norm/(gamma|beta)", r"bert/embeddings/LayerNorm/\1"),
+    (_LAYER + r"attention/(query|key|value)/(kernel|bias)", r"bert/encoder/layer_\1/attention/self/\2/\3"),
+    (_LAYER + r"attention/output/(kernel|bias)", r"bert/encoder/layer_\1/attention/output/dense/\2"),
+    (_LAYER + r"attention/head_scale", r"bert/encoder/layer_\1/attention/output/head_scale"),
+    (_LAYER + r"attention_layer_norm/(gamma|beta)", r"bert/encoder/layer_\1/attention/output/LayerNorm/\2"),
+    (_LAYER + r"attention_post_layer_norm/(gamma|beta)", r"bert/encoder/layer_\1/attention/post_LayerNorm/\2"),
+    (_LAYER + r"intermediate/(kernel|bias)", r"bert/encoder/layer_\1/intermediate/dense/\2"),
+    (_LAYER + r"intermediate_layer_norm/(gamma|beta)", r"bert/encoder/layer_\1/intermediate/LayerNorm/\2"),
+    (_LAYER + r"output/(kernel|bias)", r"bert/encoder/layer_\1/output/dense/\2"),
+    (_LAYER + r"output_layer_norm/(gamma|beta)", r"bert/encoder/layer_\1/output/LayerNorm/\2"),
+    (_LAYER + r"residual_scale", r"bert/encoder/layer_\1/output/residual_scale"),
+    (r"encoder/final_layer_norm/(gamma|beta)", r"bert/encoder/LayerNorm/\1"),
+    (r"pooler/(kernel|bias)", r"bert/pooler/dense/\1"),
+    (r"predictions/transform_dense/(kernel|bias)", r"cls/predictions/transform/dense/\1"),
+    (r"predictions/transform_layer_norm/(gamma|beta)", r"cls/predictions/transform/LayerNorm/\1"),
+    (r"predictions/output_bias", r"cls/predictions/output_bias"),
+    (r"seq_relationship/(output_weights|output_bias)", r"cls/seq_relationship/\1"),
+    (r"squad/(output_weights|output_bias)", r"cls/squad/\1"),
+    (r"classifier/(output_weights|output_bias)", r"\1"),
+))
+
+
+def original_name(variable_path):
+    """The original BERT name of the weight at Keras path `variable_path` (e.g.
+    "bert_classifier/bert/encoder/layer_0/attention/query/kernel" ->
+    "bert/encoder/layer_0/attention/self/query/kernel"), or None for a path that is no
+    BERT model weight."""
+    for pattern, name in _PATH_NAMES:
+        match = pattern.search(variable_path)
+        if match:
+            return match.expand(name)
+    return None
 
 
 def bert_variables(model, include_heads=True):

@@ -33,7 +33,6 @@ from realformer_tf.checkpoints import bert as bert_names
 from realformer_tf.errors import OriginalApiError
 from realformer_tf.layers import scores as scores_lib
 from realformer_tf.layers.activations import gelu as _package_gelu
-from realformer_tf.models.bert import original_api
 from realformer_tf.models.bert.original_api import (
     LAYER_NORM_EPSILON, _TF, _scope, create_initializer, dropout, gelu, get_shape_list)
 
@@ -285,12 +284,11 @@ def realformer_model(input_tensor, **kwargs):
 
 
 # ------------------------------------------------------------ checkpoint loading
-def _original_names():
-    names = {id(var): name for name, var in _VARIABLES.items()}
-    for model in original_api.registered_models():
-        if model.built:
-            names.update({id(v): n for n, v in bert_names.bert_variables(model).items()})
-    return names
+def _original_name(var, function_names):
+    """A variable's original name: the function API's (`transformer_model`, ...), else the
+    one its Keras path says (`checkpoints.bert.original_name`), else its own name."""
+    return (function_names.get(id(var)) or bert_names.original_name(getattr(var, "path", "") or "")
+            or re.sub(r":\d+$", "", var.name))
 
 
 def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
@@ -303,12 +301,12 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
     """
     import tensorflow as tf
 
-    names = _original_names()
+    function_names = {id(var): name for name, var in _VARIABLES.items()}
     in_checkpoint = {name for name, _ in tf.train.list_variables(init_checkpoint)}
     assignment_map = collections.OrderedDict()
     initialized_variable_names = {}
     for var in tvars:
-        name = names.get(id(var)) or re.sub(r":\d+$", "", var.name)
+        name = _original_name(var, function_names)
         if name not in in_checkpoint:
             continue
         assignment_map[name] = var.value if isinstance(var, keras.Variable) else var

@@ -74,7 +74,6 @@ class BertModel(bert_compat.OriginalBertModelApi, ConfigModel, keras.Model):
             name="pooler",
             dtype=self.dtype_policy,
         )
-        bert_compat.register_model(self)
         if original is not None:
             self._init_original(original)
 
@@ -122,7 +121,6 @@ class _BertWithHead(ConfigModel, keras.Model):
         super().__init__(**kwargs)
         self.config = config
         self.bert = BertModel(config, name="bert", dtype=self.dtype_policy)
-        bert_compat.register_model(self)
 
     def build(self, input_shape=None):
         """Builds the encoder and the heads (`_build_heads(hidden)`) from the config."""

@@ -9,8 +9,7 @@ both, so `modeling.gelu(x)` and `modeling.BertModel(config=..., is_training=...,
 input_ids=...)` read as in the original (docs/original_api.md maps each name).
 """
 
-import copy
-import weakref
+import dataclasses
 
 import keras
 from keras import ops
@@ -20,7 +19,6 @@ from realformer_tf.errors import OriginalApiError  # noqa: F401  (raised here, p
 from realformer_tf.models.config import DEFAULT_LAYER_NORM_EPS
 
 _TF = keras.backend.backend() == "tensorflow"
-_MODELS = weakref.WeakSet()  # every BertModel / head model: name maps for the assignment map
 LAYER_NORM_EPSILON = DEFAULT_LAYER_NORM_EPS  # the original modeling.py's layer_norm
 
 
@@ -115,18 +113,6 @@ def _scope():
     return tf.compat.v1.get_variable_scope().name
 
 
-# ------------------------------------------------------ models for the assignment map
-def register_model(model):
-    """Makes a model's weights known to the assignment map
-    (`checkpoints.original_names.get_assignment_map_from_checkpoint`)."""
-    _MODELS.add(model)
-
-
-def registered_models():
-    """The BertModel / head models alive now, in no particular order."""
-    return list(_MODELS)
-
-
 # --------------------------------------------------- BertModel's original-style half
 class OriginalBertModelApi:
     """The original `BertModel(config=, is_training=, input_ids=, ...)` constructor
@@ -155,14 +141,12 @@ class OriginalBertModelApi:
             raise OriginalApiError("BertModel(is_training=..., ...) needs input_ids (the"
                                    " original's signature); or call BertModel(config)")
         if not original.get("is_training", False):  # the original zeroes dropout
-            config = copy.copy(config)  # keeps every attribute, e.g. where a field came from
-            config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+            config = dataclasses.replace(config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         return config, original
 
     def _init_original(self, original):
         self._original = original
         self.build()
-        register_model(self)
 
     def _original_features(self):
         ids = self._original["input_ids"]
