@@ -112,11 +112,12 @@ def test_text_to_pretrained_checkpoint(corpus, tmp_path):
 
     # run_config.json records every option as used: rerun from it alone, the same run.
     record = json.load(open(os.path.join(out, "run_config.json")))["run"]
-    assert record["package_version"] and record["options"]["seed"] == 5
-    assert record["options"]["input_file"] == os.path.abspath(corpus["records"])
+    assert record["package_version"] and record["flags"]["seed"] == 5
+    assert record["flags"]["input_file"] == os.path.abspath(corpus["records"])
+    assert record["flags"]["num_train_steps"] == steps and record["flags"]["tpu_timeout_s"] == 60  # every flag
     again = str(tmp_path / "again")
     rerun = h.run_script("run_pretraining.py", *h.flags(**{k: v for k, v in dict(
-        record["options"], output_dir=again).items() if v is not None}))
+        record["flags"], output_dir=again).items() if v is not None}))
     _check(rerun, "run_pretraining.py from run_config.json")
     assert _read_results(os.path.join(again, "eval_results.txt")) == results
 

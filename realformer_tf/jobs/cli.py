@@ -66,5 +66,7 @@ def _define_tpu_flags(fv):
 
 def options(options_class, fv):
     """The parsed flags `fv` as an `options_class` (a RunOptions dataclass): every field
-    takes the flag of its name."""
-    return runner.options_from(options_class, fv.flag_values_dict())
+    takes the flag of its name, and `flags` all of them (for run_config.json)."""
+    values = fv.flag_values_dict()
+    values.pop("verbosity", None)  # how the run logs, not what it computes
+    return runner.options_from(options_class, dict(values, flags=dict(values)))

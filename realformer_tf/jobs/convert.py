@@ -106,7 +106,8 @@ def _recorded_tokenizer(input_checkpoint):
     if not gfile().exists(record):
         return None
     with gfile().GFile(record) as f:
-        options = json.load(f).get("run", {}).get("options", {})
+        run = json.load(f).get("run", {})
+    options = run.get("flags") or run.get("options") or {}
     if not options.get("vocab_file"):
         return None
     return options["vocab_file"], bool(options.get("do_lower_case", True))

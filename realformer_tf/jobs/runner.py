@@ -74,6 +74,9 @@ class RunOptions:
     export_dir: Optional[str] = None
     jit_compile: str = "auto"
     gradient_accumulation_steps: int = 1
+    # The program's parsed flags ({name: value}), recorded in run_config.json (`run_record`);
+    # None for a job started from Python with options only.
+    flags: Optional[dict] = None
 
 
 class Job:
@@ -295,17 +298,20 @@ def claim_output_dir(output_dir, config, identity, write=True, record=None):
 
 
 def run_record(options):
-    """What reproduces the run: every option as used (local paths made absolute), the
-    package version and, in a git checkout, its commit. Rerunning the program with
-    `--NAME=VALUE` for each option gives the same run (with a --seed: the same data
-    order, dropout and initial weights)."""
-    values = dataclasses.asdict(options)
+    """What reproduces the run: every flag of the program as used (a job started from
+    Python: every option), local paths made absolute, the package version and, in a
+    git checkout, its commit. Rerunning the program with `--NAME=VALUE` for each
+    recorded flag gives the same run (with a --seed: the same data order, dropout and
+    initial weights)."""
+    values = dict(options.flags) if options.flags is not None else {
+        k: v for k, v in dataclasses.asdict(options).items() if k != "flags"}
     for name, value in values.items():
         if isinstance(value, str) and value and _is_local_path_option(name) and "://" not in value:
             values[name] = ",".join(os.path.abspath(part) for part in value.split(","))
     from realformer_tf import __version__
 
-    return {"options": values, "package_version": __version__, "git_commit": _git_commit()}
+    key = "flags" if options.flags is not None else "options"
+    return {key: values, "package_version": __version__, "git_commit": _git_commit()}
 
 
 def _is_local_path_option(name):
