@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # The repository's own commands run on TensorFlow; the package never sets the backend.
 export KERAS_BACKEND ?= tensorflow
 
-.PHONY: demo test test-fast venv install-tpu bench bench-serving docs-tables clean
+.PHONY: demo test test-fast venv install-tpu bench bench-keras-fit bench-serving docs-tables clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,9 @@ PYTEST_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=10 tests
 	$(PY) -m pytest -q -m serial tests
-	KERAS_BACKEND=jax $(PY) -m pytest -q $(BACKEND_TESTS)
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(BACKEND_TESTS)
 	@if $(PY) -c "import torch" 2>/dev/null; then \
-	    KERAS_BACKEND=torch $(PY) -m pytest -q $(BACKEND_TESTS); \
+	    KERAS_BACKEND=torch $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(BACKEND_TESTS); \
 	else echo "PyTorch is not installed: skipping the PyTorch backend tests"; fi
 
 # Only the fast unit tests, for quick iteration.
@@ -70,6 +70,10 @@ bench: $(STAMP)
 	    --json_out benchmarks/results/latest_small_patches.json --markdown_out benchmarks/results/latest_small_patches.md
 	$(PY) benchmarks/benchmark_jit.py --repeats 14 --json_out benchmarks/results/latest_jit.json
 	$(PY) benchmarks/benchmark_limit.py --repeats 4 --json_out benchmarks/results/latest_limit.json
+
+# The variants' training step through model.fit, as a Keras user runs them (~3 min).
+bench-keras-fit: $(STAMP)
+	$(PY) benchmarks/benchmark_keras_fit.py --json_out benchmarks/results/keras_fit.json
 
 # Serving speed (README "Performance", "Serving"): the SavedModel's raw-text signature vs
 # transformers + PyTorch on the same BERT-Base classifier (~25 min on 2 idle cores;

@@ -409,7 +409,7 @@ def test_reproduce_toy_end_to_end(tmp_path):
     assert not (tmp_path / "again" / "results.md").exists()
 
     # A rerun reuses every finished (or diverged) run; a wrong --only name is one clear error.
-    again = h.run_script("experiments/reproduce.py", *args, "--noanalysis")
+    again = h.run_script("experiments/reproduce.py", *args, "--noanalysis", "--workers=1")
     _check(again, "reproduce.py rerun")
     assert again.stdout.count("reusing the finished run") == 10
     wrong = h.run_script("experiments/reproduce.py", *args, "--only=bert_L9_lr1_s1_n5")

@@ -3,10 +3,9 @@
 Same weights, names and math as `keras.layers.LayerNormalization` (statistics in
 float32 under mixed precision), but the backward pass keeps only the normalized input
 and a per-row scale, where Keras 3's composite op keeps the input plus a full-size
-`rsqrt(var) * gamma` and runs about twice the elementwise passes. Measured on CPU with
-TensorFlow (benchmarks/results/latest_small.md): NormFormer, whose extra LayerNorm runs
-on the [B, L, intermediate] activation, -17% step memory and -10% step time; vanilla
--5%/-4%.
+`rsqrt(var) * gamma` and runs about twice the elementwise passes: less step memory and
+time, most for NormFormer, whose extra LayerNorm runs on the [B, L, intermediate]
+activation (benchmarks/patches.py `keras_ln` measures it).
 
     dxhat  = dy * gamma
     dx     = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
@@ -18,12 +17,9 @@ feed-forward LayerNorm before the second), gamma and beta fold into those layers
 weights (`realformer_tf/layers/folding.py`) and only the standardization runs on the
 activation (`LayerNorm.split_affine`, `LayerNorm.normalize_and_project`). NormFormer's
 feed-forward LayerNorm(gelu(x)) is one standardizing op with gelu inside that keeps
-gelu's slope for the backward pass (`LayerNorm.activate_normalize_and_project`).
-Measured at the `small` benchmark preset (benchmarks/results/latest_small*.md), these
-took NormFormer's step from 1.15x vanilla BERT's time and 1.21x its memory to 1.05x and
-0.76x, against a vanilla with Keras' composite gelu. Against the current vanilla,
-whose gelu also recomputes its slope (`activations.py`), they are 1.08-1.09x and
-1.10-1.14x.
+gelu's slope for the backward pass (`LayerNorm.activate_normalize_and_project`). They
+exist so that NormFormer's extra normalizations cost passes over the activations, not
+extra copies of them (benchmarks/results/latest_small*.md has the current ratios).
 
 The gradient goes through `keras.ops.custom_gradient` (tf.custom_gradient,
 jax.custom_gradient, a torch.autograd.Function). On PyTorch, Keras runs the forward of
