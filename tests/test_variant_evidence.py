@@ -229,6 +229,8 @@ def test_run_classifier_builds_what_the_weights_were_trained_as(models, tmp_path
     written = json.load(open(tmp_path / "out" / "bert_config.json"))
     assert written["residual_attention"] is value
     assert json.load(open(tmp_path / "out" / "run_config.json"))["bert_config"]["residual_attention"] is value
+    if value:
+        _exports_from_the_decision(models, tmp_path)
 
     # A stated field is obeyed, against the evidence, without a check.
     stated = h.write_config(tmp_path / "stated.json", residual_attention=not value, **SIZES)
@@ -237,6 +239,29 @@ def test_run_classifier_builds_what_the_weights_were_trained_as(models, tmp_path
                              log=lines.append)
     assert trainer.model.config.residual_attention is (not value)
     assert not any(line.startswith("residual attention") for line in lines)
+
+
+def _exports_from_the_decision(models, tmp_path):
+    """The mission's main path from a release whose config does not say: the fine-tuning
+    run decided from the masked-LM head, and its fine-tuned checkpoint (which has no such
+    head) exports with --export_dir and again from its output folder alone."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the SavedModel's tokenizer ops)
+
+    options = dataclasses.replace(_classifier_options(models, tmp_path / "exported", models["config"],
+                                                      models["trained"][True]), export_dir=str(tmp_path / "export"))
+    run_classifier(options, log=lambda m: None)
+    out = tmp_path / "exported"
+    again = h.run_script("export_saved_model.py", *h.flags(
+        bert_config_file=out / "bert_config.json", init_checkpoint=out / "bert_model.ckpt", vocab_file=models["vocab"],
+        task_name="MRPC", max_seq_length=SEQ, export_dir=tmp_path / "export_again"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "RealFormer" in again.stdout and "decided" not in again.stdout  # the run's decision, not asked again
+    texts = [s for s in h.sentences(3, seed=5)]
+    served = [tf.saved_model.load(str(tmp_path / folder / "1")).signatures["serving_default"](
+        text_a=tf.constant(texts), text_b=tf.constant(texts))["probabilities"].numpy()
+        for folder in ("export", "export_again")]
+    np.testing.assert_allclose(served[0], served[1], atol=1e-6)
 
 
 @pytest.mark.slow

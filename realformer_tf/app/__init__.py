@@ -82,8 +82,6 @@ def program_flags(define_flags, required_flags=()):
 
 
 @contextlib.contextmanager
-
-
 def _logging_verbosity(verbosity):
     """absl's verbosity for the run (WARNING unless asked), restored afterwards: orbit and
     the programs print their progress, and absl INFO would repeat it."""

@@ -24,10 +24,11 @@ exported graphs load without this library.
 
 The library is built with the C++ compiler in `$CXX` (default `g++`) into
 `$REALFORMER_TF_CACHE` (default `~/.cache/realformer_tf`), keyed by the sources,
-TensorFlow's version, the compiler and its version, and the CPU; processes starting together build once (a file lock). If
-building or loading fails in any way (no compiler, a failed compile, a corrupt or
-foreign cached library), the layers warn once and keep TensorFlow's ops (same
-formulas, slower; dropout masks come from TensorFlow's generator then).
+TensorFlow's version, the compiler and its version, and the CPU; processes starting
+together build once (a file lock). If building or loading fails in any way (no
+compiler, a failed compile, a corrupt or foreign cached library), the layers warn once
+and keep TensorFlow's ops (same formulas, slower; dropout masks come from TensorFlow's
+generator then).
 
     import numpy as np
     import tensorflow as tf
