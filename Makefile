@@ -37,13 +37,13 @@ install-tpu: | $(VENV)/bin/python
 	$(PIP) --no-deps -e .
 	$(PY) tools/check_tpu_install.py
 
-# All tests, the slow end-to-end ones included (what CI runs): two pytest-xdist workers
+# All tests, the slow end-to-end ones included (what CI runs): three pytest-xdist workers
 # (one test file per worker at a time, so its module fixtures are built once), then the
 # tests that need the machine to themselves (kills, two-process runs, timed bounds:
 # marked `serial`), then the backend-agnostic layer tests (NumPy reference, Keras user)
 # again on the JAX and PyTorch backends.
 BACKEND_TESTS := tests/test_layers_reference.py tests/test_layers_scores.py tests/test_keras_user.py
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 test: $(TEST_STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=10 tests
 	$(PY) -m pytest -q -m serial tests

@@ -46,21 +46,24 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=3, help="steps per variant per round")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--fused_kernels", choices=("on", "off"), default="on",
+                   help="off: every layer's fused_kernels option off (TensorFlow's ops), for comparison")
     p.add_argument("--json_out")
     return p.parse_args(argv)
 
 
-def build(variant, shape, dropout):
+def build(variant, shape, dropout, fused_kernels=True):
     """A compiled Functional classifier: BertModel -> pooled output -> Dense(2)."""
     import keras
 
-    from realformer_tf import modeling
+    from realformer_tf import kernels, modeling
 
     inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name)
               for name in ("input_ids", "input_mask", "segment_ids")}
     bert = modeling.BertModel(bert_config(shape, variant, dropout), name=f"bert_{variant}")
     logits = keras.layers.Dense(2, name="classifier")(bert(inputs)["pooled_output"])
     model = keras.Model(inputs, logits)
+    kernels.use_fused_kernels(model, fused_kernels)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
     return model
@@ -74,7 +77,7 @@ def measure(args):
     batch = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
     labels = np.arange(shape["batch_size"]) % 2
     variants = [v for v in args.variants.split(",") if v]
-    models = {v: build(v, shape, args.dropout) for v in variants}
+    models = {v: build(v, shape, args.dropout, args.fused_kernels == "on") for v in variants}
     for model in models.values():
         for _ in range(args.warmup):
             model.train_on_batch(batch, labels)
@@ -90,7 +93,7 @@ def measure(args):
               file=sys.stderr, flush=True)
     base = samples[variants[0]]
     return {
-        "preset": args.preset, "shape": shape, "rounds": args.rounds, "steps": args.steps,
+        "preset": args.preset, "shape": shape, "fused_kernels": args.fused_kernels, "rounds": args.rounds, "steps": args.steps,
         "baseline": variants[0],
         "results": {v: {"median_ms": statistics.median(s) * 1e3,
                         "paired_ratio": statistics.median(a / b for a, b in zip(s, base))}
@@ -101,7 +104,8 @@ def measure(args):
 def main(argv=None):
     args = parse_args(argv)
     result = measure(args)
-    print(f"# model.fit step (train_on_batch), preset {args.preset}, {args.rounds} rounds x {args.steps} steps")
+    print(f"# model.fit step (train_on_batch), preset {args.preset}, fused kernels {args.fused_kernels}, "
+          f"{args.rounds} rounds x {args.steps} steps")
     print("| variant | step (median) | / BERT (paired) |")
     print("|---|---|---|")
     for name, row in result["results"].items():
