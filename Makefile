@@ -44,12 +44,14 @@ install-tpu: | $(VENV)/bin/python
 # again on the JAX and PyTorch backends.
 BACKEND_TESTS := tests/test_layers_reference.py tests/test_layers_scores.py tests/test_keras_user.py
 PYTEST_WORKERS ?= 3
+# The backend legs: three files, faster on two workers than three (measured 94 + 35 s vs 115 + 48 s).
+BACKEND_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=10 tests
 	$(PY) -m pytest -q -m serial tests
-	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(BACKEND_TESTS)
+	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(BACKEND_WORKERS) --dist loadfile $(BACKEND_TESTS)
 	@if $(PY) -c "import torch" 2>/dev/null; then \
-	    KERAS_BACKEND=torch $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(BACKEND_TESTS); \
+	    KERAS_BACKEND=torch $(PY) -m pytest -q -n $(BACKEND_WORKERS) --dist loadfile $(BACKEND_TESTS); \
 	else echo "PyTorch is not installed: skipping the PyTorch backend tests"; fi
 
 # Only the fast unit tests, for quick iteration.

@@ -148,6 +148,8 @@ def run_job(job, options, log=say):
     job.log = log
     job.check_options(options)
     family.check_options(options)
+    require(options.gradient_accumulation_steps >= 1,  # before anything is read or built
+            f"--gradient_accumulation_steps={options.gradient_accumulation_steps}; use 1 or more")
     check_output_paths(options)  # before anything is read, built or trained
     config = family.load_config(options.bert_config_file, options.max_seq_length)
     config = resolve_variant(job, family, config, options, log)
@@ -349,8 +351,6 @@ def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, fl
             o.optimizer, o.learning_rate, max(num_train_steps, 1), num_warmup_steps,
             weight_decay=o.weight_decay, float16_loss_scaling=float16)
 
-    require(o.gradient_accumulation_steps >= 1,
-            f"--gradient_accumulation_steps={o.gradient_accumulation_steps}; use 1 or more")
     trainer = Trainer(task, strategy, o.output_dir, optimizer_fn=optimizer_fn if o.do_train else None,
                       steps_per_loop=o.iterations_per_loop, save_checkpoints_steps=o.save_checkpoints_steps,
                       max_checkpoints_to_keep=o.keep_checkpoint_max, global_batch_size=o.train_batch_size,
