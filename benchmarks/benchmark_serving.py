@@ -78,7 +78,7 @@ SIZES = {
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny model, few requests (the test runs this)")
+    p.add_argument("--quick", action="store_true", help="tiny model, few requests (a minute: checks the whole benchmark runs)")
     p.add_argument("--requests", type=int, default=200, help="batch-1 requests per length (ours, transformers)")
     p.add_argument("--batches", type=int, default=6, help="batch-32 calls per length (ours, transformers)")
     p.add_argument("--variant_requests", type=int, default=60, help="batch-1 requests of the other targets")
