@@ -177,9 +177,9 @@ def run_script(script, *args, timeout=600, env=None, cwd=ROOT):
 
     A program with `main(argv)` (realformer_tf/app/*, analyze_attention.py) runs in this
     process, its stdout and stderr captured at the file descriptors (TensorFlow's C++
-    lines included), with `env` set while it runs. Other scripts (experiments/,
-    benchmarks/) run in a subprocess, as does any test of the process boundary itself
-    (`run_subprocess`).
+    lines included), with `env` set while it runs; `timeout` applies to subprocesses
+    only. Other scripts (experiments/, benchmarks/) run in a subprocess, as does any test
+    of the process boundary itself (`run_subprocess`).
     """
     main = program_main(script)
     if main is None:
