@@ -95,11 +95,11 @@ def run(FLAGS):  # noqa: N803
             return tf.data.Dataset.from_tensor_slices(examples).batch(FLAGS.batch_size)
 
     # Fail on a missing checkpoint or config before spending time on the others.
-    from realformer_tf.models.bert.config import BertConfig
+    from realformer_tf.checkpoints import hf
 
     for i, checkpoint in enumerate(checkpoints):
         prefix = analysis.resolve(checkpoint)
-        BertConfig.from_json_file(configs[i] if configs else analysis.find_config(prefix))
+        hf.load_bert_config(configs[i] if configs else analysis.find_config(prefix))
 
     print(f"Attention analysis of {len(checkpoints)} checkpoint(s) over up to "
           f"{FLAGS.num_examples} examples", flush=True)

@@ -9,7 +9,7 @@
 
 The classes live in `realformer_tf.models.bert`; the original module functions are in
 `realformer_tf.models.bert.original_api` (those that name no variable) and
-`realformer_tf.checkpoints.original_names` (`transformer_model`,
+`realformer_tf.compat.bert_functions` (`transformer_model`,
 `get_assignment_map_from_checkpoint`, ...), described in docs/original_api.md;
 checkpoint I/O (`load_bert_checkpoint(model, path)`, `save_bert_checkpoint(model, prefix)`,
 `save_hf_folder(model, folder)`) is `realformer_tf.checkpoints.bert` / `.hf`. This
@@ -27,7 +27,7 @@ from realformer_tf.models.bert.original_api import (  # noqa: F401
     assert_rank, create_attention_mask_from_input_mask, create_initializer, dropout, gelu,
     get_activation, get_shape_list, reshape_from_matrix, reshape_to_matrix,
 )
-from realformer_tf.checkpoints.original_names import (  # noqa: F401
+from realformer_tf.compat.bert_functions import (  # noqa: F401
     attention_layer, embedding_lookup, embedding_postprocessor, function_variables,
     get_assignment_map_from_checkpoint, layer_norm, layer_norm_and_dropout, realformer_model,
     reset_variables, residual_attention_layer, transformer_model,

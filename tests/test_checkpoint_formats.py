@@ -1,7 +1,7 @@
 """Checkpoint formats beside the models (issue 28): the models carry no checkpoint I/O;
 `realformer_tf.checkpoints.bert` / `.etc_official` name their weights, hold the one
-head-prefix table per family, and the families are those formats plus the jobs' side
-(one builder per family)."""
+head-prefix table per family, and each family holds its format (one builder per
+family) and adds the jobs' side."""
 
 import numpy as np
 import pytest
@@ -26,8 +26,12 @@ def test_models_carry_no_checkpoint_io():
 
 
 def test_one_head_prefix_table_per_family():
-    assert get_family("bert").head_prefixes is bert_checkpoint.HEAD_PREFIXES
-    assert get_family("etc").head_prefixes is etc_official.HEAD_PREFIXES
+    for model_type, fmt in (("bert", bert_checkpoint.FORMAT), ("etc", etc_official.FORMAT)):
+        family = get_family(model_type)
+        assert family.checkpoint_format is fmt and family.name == fmt.name == model_type
+        assert not isinstance(family, type(fmt))  # held, not inherited
+    assert get_family("bert").checkpoint_format.head_prefixes is bert_checkpoint.HEAD_PREFIXES
+    assert get_family("etc").checkpoint_format.head_prefixes is etc_official.HEAD_PREFIXES
     assert set(bert_checkpoint.HEAD_PREFIXES) == set(KINDS) == set(etc_official.HEAD_PREFIXES)
     assert set(hf.HF_ARCHITECTURES) == set(KINDS)
 
@@ -35,7 +39,7 @@ def test_one_head_prefix_table_per_family():
 @pytest.mark.parametrize("kind", KINDS)
 def test_bert_variables_name_every_weight_and_the_heads_by_the_table(kind):
     family = get_family("bert")
-    model = family.build_model(h.tiny_config(), kind, num_labels=3)
+    model = family.checkpoint_format.build_model(h.tiny_config(), kind, num_labels=3)
     assert type(model) is BERT_CLASSES[kind] and bert_checkpoint.model_kind(model) == kind
     assert not model.built
     names = bert_checkpoint.bert_variables(model)  # builds from the config
@@ -52,7 +56,7 @@ def test_bert_variables_name_every_weight_and_the_heads_by_the_table(kind):
 
 def test_etc_variables_and_the_dispatch():
     config = etc_modeling.EtcConfig(**h.tiny_etc_config_dict())
-    model = get_family("etc").build_model(config, "classifier", num_labels=2)
+    model = get_family("etc").checkpoint_format.build_model(config, "classifier", num_labels=2)
     names = checkpoint_names.named_variables(model)
     assert names.keys() == etc_official.etc_variables(model).keys()
     assert len(names) == len(model.weights)
@@ -82,5 +86,5 @@ def test_one_builder_per_family():
     from realformer_tf.serving import export
 
     assert not hasattr(convert, "build_model") and not hasattr(export, "build_model")
-    squad = get_family("bert").build_model(h.tiny_config(), "squad")
+    squad = get_family("bert").checkpoint_format.build_model(h.tiny_config(), "squad")
     assert squad.bert.pooler.trainable is False  # the family's builder: the span head has no pooler gradient

@@ -45,7 +45,7 @@ def recorded(folder):
 
 def load_task_model(folder, task, config=None, num_labels=3):
     config = config or hf_checkpoint.load_hf_config(folder)
-    model = get_family("bert").build_model(config, task, num_labels=num_labels)
+    model = get_family("bert").checkpoint_format.build_model(config, task, num_labels=num_labels)
     bert_checkpoint.load_bert_checkpoint(model, folder)
     return model
 
@@ -131,7 +131,7 @@ def test_folder_with_gamma_beta_names_and_encoder_from_task_folder(tmp_path):
 
     encoder = load_task_model(fixture("hf_bert_pretraining_gelu"), "encoder")
     assert encoder.pooler.kernel.shape == (24, 24)
-    classifier = get_family("bert").build_model(hf_checkpoint.load_hf_config(folder), "classifier", 4)
+    classifier = get_family("bert").checkpoint_format.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 4)
     bert_checkpoint.load_bert_checkpoint(classifier, folder, skip_heads=True)
     np.testing.assert_array_equal(classifier.bert.pooler.kernel.numpy(),
                                   tensors["pooler.dense.weight"].T)
@@ -187,7 +187,7 @@ HEADS = {"pretraining": "pretraining", "classifier": "classifier", "squad": "squ
 
 def random_model(overrides, task, seed):
     config = BertConfig(**SIZES, **overrides)
-    model = get_family("bert").build_model(config, task, num_labels=4)
+    model = get_family("bert").checkpoint_format.build_model(config, task, num_labels=4)
     weights = bert_numpy.random_weights(config.to_dict(), np.random.default_rng(seed),
                                         head=HEADS[task], num_labels=4)
     for name, variable in bert_checkpoint.bert_variables(model).items():
@@ -216,9 +216,9 @@ def test_export_loads_back_bit_exact(variant, task, tmp_path, caplog):
     folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), allow_variant=variant != "vanilla-post-exact-gelu")
     warned = any("stock transformers" in r.getMessage() for r in caplog.records)
     assert warned == (variant != "vanilla-post-exact-gelu")
-    config = BertConfig.from_json_file(folder)  # the folder as --bert_config_file
+    config = hf_checkpoint.load_bert_config(folder)  # the folder as --bert_config_file
     assert config == model.config
-    again = get_family("bert").build_model(config, task, num_labels=4)
+    again = get_family("bert").checkpoint_format.build_model(config, task, num_labels=4)
     bert_checkpoint.load_bert_checkpoint(again, folder)
     got, want = bert_checkpoint.bert_variables(again), bert_checkpoint.bert_variables(model)
     skipped = {n for n in want if task == "squad" and n.startswith("bert/pooler/")}
@@ -233,7 +233,7 @@ def test_export_loads_back_bit_exact(variant, task, tmp_path, caplog):
 def test_hf_config_mapping_and_refusals(tmp_path):
     with open(os.path.join(fixture("hf_bert_classifier_tanh"), "config.json")) as f:
         base = json.load(f)
-    config = BertConfig.from_json_file(os.path.join(fixture("hf_bert_classifier_tanh"), "config.json"))
+    config = hf_checkpoint.load_bert_config(os.path.join(fixture("hf_bert_classifier_tanh"), "config.json"))
     assert (config.hidden_size, config.intermediate_size, config.hidden_act) == (24, 40, "gelu")
     refused = {
         "model_type": ("roberta", "model_type"),
@@ -246,8 +246,22 @@ def test_hf_config_mapping_and_refusals(tmp_path):
         path = tmp_path / f"{field}.json"
         path.write_text(json.dumps(dict(base, **{field: value})))
         with pytest.raises(ConfigError) as err:
-            BertConfig.from_json_file(str(path))
+            hf_checkpoint.load_bert_config(str(path))
         assert named in str(err.value) and str(path) in str(err.value), str(err.value)
+
+
+def test_bert_config_reads_its_own_format_and_names_the_reader_of_the_other(tmp_path):
+    """The Hugging Face dialect lives in checkpoints.hf: BertConfig.from_json_file reads
+    bert_config.json and, given a folder or its config.json, says what reads them."""
+    folder = fixture("hf_bert_classifier_tanh")
+    for path in (folder, os.path.join(folder, "config.json")):
+        with pytest.raises(ConfigError, match=r"Hugging Face config.*hf\.load_bert_config") as err:
+            BertConfig.from_json_file(path)
+        assert path in str(err.value)
+        assert hf_checkpoint.load_bert_config(path) == hf_checkpoint.load_hf_config(folder)
+    ours = tmp_path / "bert_config.json"
+    hf_checkpoint.load_hf_config(folder).to_json_file(str(ours))
+    assert hf_checkpoint.load_bert_config(str(ours)) == BertConfig.from_json_file(str(ours))
 
 
 def test_hf_folder_with_another_layer_norm_eps_predicts_what_transformers_predicts(tmp_path):
@@ -272,7 +286,7 @@ def test_hf_folder_with_another_layer_norm_eps_predicts_what_transformers_predic
     with torch.no_grad():
         want = hf_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
 
-    config = BertConfig.from_json_file(folder)
+    config = hf_checkpoint.load_bert_config(folder)
     assert config.layer_norm_eps == pytest.approx(1e-3) and not config.residual_attention
     model = modeling.BertClassifierModel(config, num_labels=3)
     bert_checkpoint.load_bert_checkpoint(model, folder)
@@ -332,7 +346,7 @@ def test_folder_without_safetensors(tmp_path):
 def test_convert_script_both_ways(tmp_path):
     """convert_checkpoint.py: HF folder -> original-named checkpoint -> HF folder."""
     folder = fixture("hf_bert_pretraining_gelu")
-    config = BertConfig.from_json_file(folder)
+    config = hf_checkpoint.load_bert_config(folder)
     source, prefix = convert.convert(config, folder, str(tmp_path / "bert_model.ckpt"), "pretraining")
     assert source.startswith(folder) and ckpt.list_checkpoint(prefix)["bert/pooler/dense/kernel"] == [24, 24]
     _, back = convert.convert(config, prefix, str(tmp_path / "hf_out"), "pretraining", output_format="hf")
@@ -370,14 +384,14 @@ def test_script_tasks_initialize_from_a_folder():
     from realformer_tf.jobs.tasks.squad import SquadTask
 
     folder = fixture("hf_bert_pretraining_gelu")
-    config = BertConfig.from_json_file(folder)
+    config = hf_checkpoint.load_bert_config(folder)
     task = PretrainingTask(config, folder)
     message = task.initialize(task.build_model())
     assert "heads fresh" not in message and "model.safetensors" in message
     task = ClassifierTask(config, 2, False, folder)
     assert "model.safetensors" in task.initialize(task.build_model())
     qa = fixture("hf_bert_qa_gelu")
-    task = SquadTask(BertConfig.from_json_file(qa), qa)
+    task = SquadTask(hf_checkpoint.load_bert_config(qa), qa)
     assert "(encoder and heads)" in task.initialize(task.build_model()) and task.head_initialized
 
 
@@ -402,7 +416,7 @@ def test_folder_without_pooler_keeps_a_fresh_one(caplog):
     """BertForMaskedLM / BertForQuestionAnswering folders have no pooler; like
     transformers, a classifier gets a freshly initialized one, said in one log line."""
     folder = fixture("hf_bert_qa_gelu")
-    classifier = get_family("bert").build_model(hf_checkpoint.load_hf_config(folder), "classifier", 2)
+    classifier = get_family("bert").checkpoint_format.build_model(hf_checkpoint.load_hf_config(folder), "classifier", 2)
     initial = bert_checkpoint.bert_variables(classifier)["bert/pooler/dense/kernel"].numpy().copy()
     with caplog.at_level("WARNING"):
         bert_checkpoint.load_bert_checkpoint(classifier, folder, skip_heads=True)

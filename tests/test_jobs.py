@@ -114,6 +114,31 @@ def test_classifier_job_exports_a_model_that_serves_what_it_predicted(tmp_path, 
                                atol=1e-5)
 
 
+@pytest.mark.slow
+def test_pretrain_then_fine_tune_export_and_serve(tmp_path):
+    """The mission's chain as a user runs it: pretrain from an eleven-field config, then
+    fine-tune from what the run left (its bert_config.json states the decision), export,
+    and serve raw text: the SavedModel gives the probabilities test_results.tsv holds."""
+    pretrained = str(tmp_path / "pretrained")
+    run_pretraining(PretrainingOptions(
+        input_file=h.write_pretraining_records(tmp_path / "train.tfrecord", 16, 40, 5), output_dir=pretrained,
+        bert_config_file=model_config(tmp_path, "bert", h.vocab_size(), stated=False), max_seq_length=40,
+        max_predictions_per_seq=5, do_train=True, train_batch_size=4, num_train_steps=3, num_warmup_steps=1,
+        **QUIET))
+    check_decided_config(pretrained, "bert")
+
+    data_dir = h.write_glue_mrpc(str(tmp_path / "mrpc"), num_train=8, num_dev=4)
+    out, export_dir = str(tmp_path / "out"), str(tmp_path / "export")
+    run_classifier(ClassifierOptions(
+        task_name="MRPC", data_dir=data_dir, vocab_file=h.write_vocab(tmp_path / "vocab.txt"), output_dir=out,
+        export_dir=export_dir, bert_config_file=os.path.join(pretrained, "bert_config.json"),
+        init_checkpoint=os.path.join(pretrained, "bert_model.ckpt"), max_seq_length=40, do_train=True,
+        do_predict=True, train_batch_size=4, predict_batch_size=4, num_train_epochs=1, **QUIET))
+    check_decided_config(out, "bert")
+    predicted = np.loadtxt(os.path.join(out, "test_results.tsv"), ndmin=2)
+    np.testing.assert_allclose(_serve_test_split(os.path.join(export_dir, "1"), data_dir), predicted, atol=1e-5)
+
+
 # Runs in a fresh interpreter outside the repository with realformer_tf and Model Garden
 # unimportable: the SavedModel must serve with TensorFlow and tensorflow-text alone.
 SERVE_WITHOUT_PACKAGE = r"""
@@ -203,7 +228,7 @@ def _check_squad_export(path, trainer, options, out):
     family = get_family(options.model_type)
     feature = _first_eval_feature(out, options.max_seq_length)
     inputs = {k: feature[k] for k in ("input_ids", "input_mask", "segment_ids")}
-    reference = trainer.model(family.adapt_features({k: tf.constant(v) for k, v in inputs.items()},
+    reference = trainer.model(family.checkpoint_format.adapt_features({k: tf.constant(v) for k, v in inputs.items()},
                                                     trainer.model.config, options), training=False)
     loaded = tf.saved_model.load(path)
     served = loaded.signatures["serve_token_ids"](**{k: tf.constant(v) for k, v in inputs.items()})

@@ -174,7 +174,7 @@ FOLDER_CASES = [
 
 def _convert_in_process(tmp_path, folder):
     """What convert_checkpoint.py does with a folder and no --bert_config_file."""
-    config = BertConfig.from_json_file(str(folder))
+    config = hf_checkpoint.load_bert_config(str(folder))
     return convert.convert(config, str(folder), str(tmp_path / "out" / "ckpt"), "encoder")
 
 
@@ -297,14 +297,14 @@ def test_tf_checkpoint_sizes_are_checked_before_building(tmp_path):
             (dict(num_hidden_layers=512, hidden_size=256), "2 layers (config num_hidden_layers=512)")):
         config = h.tiny_config(**overrides)
         with pytest.raises(CheckpointError, match=re.escape(prefix)) as e:
-            family.check_checkpoint_fits(config, prefix)
+            family.checkpoint_format.check_checkpoint_fits(config, prefix)
         assert "does not fit" in str(e.value) and expected in str(e.value), str(e.value)
         model = modeling.BertModel(config)
         with pytest.raises(CheckpointError, match="does not fit"):
             bert_checkpoint.load_bert_checkpoint(model, prefix)
         assert not model.built  # refused before any weight was allocated
-    family.check_checkpoint_fits(h.tiny_config(), prefix)  # the right config passes
-    family.check_checkpoint_fits(h.tiny_config(intermediate_size=64), prefix)  # cheap: the loader names it
+    family.checkpoint_format.check_checkpoint_fits(h.tiny_config(), prefix)  # the right config passes
+    family.checkpoint_format.check_checkpoint_fits(h.tiny_config(intermediate_size=64), prefix)  # cheap: the loader names it
 
 
 def test_tf_checkpoint_with_inf_is_refused(tmp_path, monkeypatch):
@@ -318,7 +318,7 @@ def test_tf_checkpoint_with_inf_is_refused(tmp_path, monkeypatch):
 def test_etc_checkpoint_sizes_are_checked_before_building(tmp_path):
     config = etc_modeling.EtcConfig(**h.tiny_etc_config_dict())
     prefix = etc_official.save_etc_checkpoint(etc_modeling.EtcModel(config), str(tmp_path / "etc" / "etc_model.ckpt"))
-    get_family("etc").check_checkpoint_fits(config, prefix)
+    get_family("etc").checkpoint_format.check_checkpoint_fits(config, prefix)
     hostile = etc_modeling.EtcConfig(**h.tiny_etc_config_dict(vocab_size=2**22, num_hidden_layers=3))
     model = etc_modeling.EtcModel(hostile)
     with pytest.raises(CheckpointError, match="etc/embeddings/word_embeddings"):

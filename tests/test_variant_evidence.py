@@ -25,7 +25,7 @@ from realformer_tf.checkpoints import variant_evidence as ve
 from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.checkpoints import etc_official
 from realformer_tf.checkpoints import hf as hf_checkpoint
-from realformer_tf.errors import ConfigError
+from realformer_tf.errors import ConfigError, VariantExportError
 from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.families import get_family
 from realformer_tf.jobs.tasks.classifier import ClassifierOptions, run_classifier
@@ -196,7 +196,7 @@ def test_the_weights_tell_their_architecture(models):
 
     examples = PretrainingJob().evidence_examples(job_options, family, config)
     for value, prefix in models["trained"].items():
-        evidence = ve.measure(family, config, prefix, examples)
+        evidence = ve.measure(family.checkpoint_format, config, prefix, examples)
         print(f"trained with residual attention {value}: {evidence.describe()}")
         assert evidence.decision is value
         # Python load_bert_checkpoint has no examples of the run: on the seeded random ids
@@ -305,7 +305,7 @@ def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactl
     model = modeling.BertPretrainingModel(config)
     inputs = {"input_ids": np.array([[2, 7, 9, 3]]), "masked_lm_positions": np.array([[1, 2]])}
     want = model(inputs)["masked_lm_logits"].numpy()
-    with pytest.raises(hf_checkpoint.VariantExportError, match="--hf_allow_variant"):
+    with pytest.raises(VariantExportError, match="--hf_allow_variant"):
         hf_checkpoint.save_hf_folder(model, str(tmp_path / "refused"))
     assert not os.path.exists(tmp_path / "refused")
     folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), allow_variant=True)
@@ -313,7 +313,7 @@ def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactl
     assert written["model_type"] == "realformer_bert" and written["residual_attention"] is True
     assert written["architectures"] == ["RealFormerTfBertForPreTraining"]
     assert hf_checkpoint.is_hf_folder(folder)
-    again_config = BertConfig.from_json_file(folder)
+    again_config = hf_checkpoint.load_bert_config(folder)
     assert again_config == config and ve.is_stated(again_config)
     again = modeling.BertPretrainingModel(again_config)
     bert_checkpoint.load_bert_checkpoint(again, folder)
@@ -382,12 +382,12 @@ def test_etc_evidence_runs_through_the_family_and_random_weights_tell_nothing(tm
     family = get_family("etc")
     prefix = etc_official.save_etc_checkpoint(EtcPretrainingModel(EtcConfig(**h.tiny_etc_config_dict())),
                                               str(tmp_path / "p" / "etc_model.ckpt"))
-    evidence = ve.measure(family, config, prefix)
+    evidence = ve.measure(family.checkpoint_format, config, prefix)
     assert np.isfinite([evidence.loss_on, evidence.loss_off]).all() and evidence.decision is None
     with pytest.raises(ConfigError, match="do not tell clearly"):
-        ve.resolve(family, config, prefix)
+        ve.resolve(family.checkpoint_format, config, prefix)
     classifier = EtcClassifierModel(EtcConfig(**h.tiny_etc_config_dict()), num_labels=2)
     prefix = etc_official.save_etc_checkpoint(classifier, str(tmp_path / "c" / "etc_model.ckpt"))
     with pytest.raises(ConfigError, match="no masked-LM head"):
-        ve.resolve(family, config, prefix)
-    assert ve.resolve(family, EtcConfig(**h.tiny_etc_config_dict()), prefix).residual_attention is True  # stated
+        ve.resolve(family.checkpoint_format, config, prefix)
+    assert ve.resolve(family.checkpoint_format, EtcConfig(**h.tiny_etc_config_dict()), prefix).residual_attention is True  # stated

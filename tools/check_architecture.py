@@ -29,6 +29,7 @@ TIERS = [
     ("layers", ["layers"]),
     ("models", ["models"]),
     ("checkpoints", ["checkpoints"]),
+    ("compat", ["compat"]),
     ("families", ["families"]),
     ("training", ["training"]),
     ("serving", ["serving"]),

@@ -76,7 +76,7 @@ def run(f):
     family = get_family(f.model_type)
     config = family.load_config(config_file)
     # A config without residual_attention: the weights decide (one line) or an error.
-    config = variant_evidence.resolve(family, config, f.input_checkpoint,
+    config = variant_evidence.resolve(family.checkpoint_format, config, f.input_checkpoint,
                                       source=f"--bert_config_file={config_file}", log=print)
     print(config.describe(), flush=True)
     if f.output_format == "hf":

@@ -6,7 +6,7 @@ self/query/kernel`, ..., heads `cls/predictions/...`, `cls/seq_relationship/...`
 `output_weights` (run_classifier), `cls/squad/...` (run_squad). The models
 (`realformer_tf.models.bert.model`) know nothing of these names; this module maps a
 model's weights to them, and reads and writes TF1 name-based checkpoints (and Hugging
-Face folders, read through `hf_folder`) by them.
+Face folders, read through `checkpoints.hf`) by them.
 
     model = BertClassifierModel(config, num_labels=2)
     bert_checkpoint.load_bert_checkpoint(model, "bert_model.ckpt", skip_heads=True)
@@ -16,7 +16,7 @@ Face folders, read through `hf_folder`) by them.
 
 import re
 
-from realformer_tf.checkpoints import hf_folder
+from realformer_tf.checkpoints.hf import reading as hf_folder
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.checkpoints.format import CheckpointFormat
@@ -247,7 +247,7 @@ def save_bert_checkpoint(model, prefix):
 
 
 class BertFormat(CheckpointFormat):
-    """BERT's models under the original names (`families.BertFamily` extends it)."""
+    """BERT's models under the original names (held by `families.BertFamily`)."""
 
     name = "bert"
     head_prefixes = HEAD_PREFIXES

@@ -285,8 +285,8 @@ def save_etc_checkpoint(model, prefix, official_names=False):
 
 
 class EtcFormat(CheckpointFormat):
-    """ETC's models under our names or the official ones (`families.EtcFamily`
-    extends it)."""
+    """ETC's models under our names or the official ones (held by
+    `families.EtcFamily`)."""
 
     name = "etc"
     head_prefixes = HEAD_PREFIXES

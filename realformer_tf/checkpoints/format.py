@@ -1,7 +1,7 @@
 """`CheckpointFormat`: a model family's checkpoint side (its models by kind, their
 variable names and head prefixes, loading and saving).
 
-`realformer_tf.families.ModelFamily` extends it with configs, inputs and jobs; the
+A `realformer_tf.families.ModelFamily` holds one and adds configs, inputs and jobs; the
 loaders here (`checkpoints.bert.load_bert_checkpoint`, `etc_official.load_etc_checkpoint`)
 sit below the families and hand their format to `variant_evidence` when a config does
 not state residual_attention.

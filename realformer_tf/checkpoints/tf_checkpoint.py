@@ -28,9 +28,10 @@ ALLOW_NONFINITE_ENV = "REALFORMER_ALLOW_NONFINITE_WEIGHTS"
 
 
 def _hf():
-    # Folders are read through hf_folder (hf, the writing side, imports this module).
-    from realformer_tf.checkpoints import hf_folder
-    return hf_folder
+    # Folders are read through hf.reading (imported here: the hf package's writing side
+    # builds on this module).
+    from realformer_tf.checkpoints.hf import reading
+    return reading
 
 
 def _tensorflow():

@@ -11,7 +11,7 @@ evidence. Without a masked-LM head (e.g. a fine-tuned classifier) or without a c
 margin, a ConfigError asks to state the field.
 
     config = BertConfig.from_json_file("bert_config.json")   # no residual_attention
-    config = variant_evidence.resolve(get_family("bert"), config, "bert_model.ckpt")
+    config = variant_evidence.resolve(checkpoints.bert.FORMAT, config, "bert_model.ckpt")
 
 Examples, best first: the run's own (pretraining records with their masked positions;
 a few classifier / SQuAD training texts, 15% of their tokens masked with the vocab's
@@ -168,29 +168,29 @@ def from_texts(texts, tokenizer, max_length, what):
 
 
 # -- evidence -----------------------------------------------------------------------------
-def _masked_lm_losses(family, config, prefix, batch, options):
+def _masked_lm_losses(checkpoint_format, config, prefix, batch, options):
     """{residual_attention: masked-LM loss} for True and False. The checkpoint is read
     once: residual attention adds no weight, so the second model takes the first's."""
     losses, weights = {}, None
     for value in (True, False):
-        model = family.build_model(dataclasses.replace(config, residual_attention=value), "pretraining",
+        model = checkpoint_format.build_model(dataclasses.replace(config, residual_attention=value), "pretraining",
                                    dtype="float32")
         if weights is None:
-            family.load_checkpoint(model, prefix)
+            checkpoint_format.load_checkpoint(model, prefix)
             weights = model.get_weights()
         else:
             if not model.built:
                 model.build()
             model.set_weights(weights)
-        losses[value] = _masked_lm_loss(model, family, config, batch, options)
+        losses[value] = _masked_lm_loss(model, checkpoint_format, config, batch, options)
     return losses
 
 
-def _masked_lm_loss(model, family, config, batch, options):
+def _masked_lm_loss(model, checkpoint_format, config, batch, options):
     import tensorflow as tf
 
     features = {k: tf.constant(v) for k, v in batch.items()}
-    features = family.adapt_features(features, config, options)
+    features = checkpoint_format.adapt_features(features, config, options)
     logits = np.asarray(model(features, training=False)["masked_lm_logits"], np.float64)
     logits -= logits.max(-1, keepdims=True)
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -199,19 +199,19 @@ def _masked_lm_loss(model, family, config, batch, options):
     return float(-(picked * weights).sum() / max(weights.sum(), 1.0))
 
 
-def measure(family, config, prefix, examples=None, options=None):
+def measure(checkpoint_format, config, prefix, examples=None, options=None):
     """Evidence (masked-LM losses on / off) for the weights at resolved `prefix`; None
     when the checkpoint has no pretraining heads."""
-    if not family.checkpoint_heads(prefix, "pretraining"):
+    if not checkpoint_format.checkpoint_heads(prefix, "pretraining"):
         return None
     if examples is None:
-        examples = deterministic_sample(config.vocab_size, family.max_length(config) or 512)
+        examples = deterministic_sample(config.vocab_size, checkpoint_format.max_length(config) or 512)
     options = options or types.SimpleNamespace(etc_tokens_per_global=16)
-    losses = _masked_lm_losses(family, config, prefix, examples.batch, options)
+    losses = _masked_lm_losses(checkpoint_format, config, prefix, examples.batch, options)
     return Evidence(losses[True], losses[False], examples.what, config.vocab_size)
 
 
-def decide(family, config, checkpoint, examples=None, options=None, source="the config"):
+def decide(checkpoint_format, config, checkpoint, examples=None, options=None, source="the config"):
     """(residual_attention, one-line explanation) from the weights at `checkpoint`.
 
     Raises:
@@ -219,11 +219,11 @@ def decide(family, config, checkpoint, examples=None, options=None, source="the 
         head or its evidence is not clear.
     """
     prefix = ckpt.resolve_checkpoint(checkpoint)
-    evidence = measure(family, config, prefix, examples, options)
+    evidence = measure(checkpoint_format, config, prefix, examples, options)
     if evidence is None:
         raise ConfigError(
             f"{source} does not state residual_attention and {prefix} has no masked-LM head "
-            f"({family.head_prefixes['pretraining'][0]}) to tell it from the weights (e.g. a fine-tuned "
+            f"({checkpoint_format.head_prefixes['pretraining'][0]}) to tell it from the weights (e.g. a fine-tuned "
             f"checkpoint); {WHAT_TO_DO}")
     if evidence.decision is None:
         raise ConfigError(
@@ -235,18 +235,18 @@ def decide(family, config, checkpoint, examples=None, options=None, source="the 
     return value, line
 
 
-def resolve(family, config, checkpoint, examples=None, options=None, source="the config", log=None):
+def resolve(checkpoint_format, config, checkpoint, examples=None, options=None, source="the config", log=None):
     """`config` itself when it states residual_attention or no `checkpoint` is given;
     else a copy with the value the weights tell (see `decide`), logged in one line
     (`log`, default absl logging)."""
     if is_stated(config) or not checkpoint:
         return config
-    value, line = decide(family, config, checkpoint, examples, options, source)
+    value, line = decide(checkpoint_format, config, checkpoint, examples, options, source)
     (log or logging.info)(line)
     return dataclasses.replace(config, residual_attention=value)
 
 
-def check_loaded_model(model, family, prefix):
+def check_loaded_model(model, checkpoint_format, prefix):
     """For `load_bert_checkpoint` / `load_etc_checkpoint` in Python: a model built from a
     config that does not state residual_attention (hence built with the default, on)
     gets the weights' evidence first; a contradiction is a ConfigError, agreement one
@@ -255,13 +255,13 @@ def check_loaded_model(model, family, prefix):
     config = model.config
     if is_stated(config):
         return
-    value, line = decide(family, config, prefix)
+    value, line = decide(checkpoint_format, config, prefix)
     if value != config.uses_residual_attention:
         raise ConfigError(
             f"{line}; but {type(model).__name__} was built with residual attention "
             f"{'on' if config.uses_residual_attention else 'off'} (the default). Set \"residual_attention\": "
             f"{'true' if value else 'false'} in the config (or build the model from "
-            "variant_evidence.resolve(family, config, checkpoint))")
+            "variant_evidence.resolve(checkpoint_format, config, checkpoint))")
     logging.info("%s", line)
     print(line, flush=True)
     model.config = dataclasses.replace(config, residual_attention=value)

@@ -1,24 +1,26 @@
 """The `ModelFamily` interface and what every family shares (initialization from a
-checkpoint, the final original-named checkpoint). A family is its checkpoint format
+checkpoint, the final original-named checkpoint). A family holds its checkpoint format
 (`realformer_tf.checkpoints.format.CheckpointFormat`: its models by kind, the one
-builder, names, head prefixes, loading and saving) plus configs, options and inputs."""
+builder, names, head prefixes, loading and saving) and adds configs, options and
+inputs."""
 
 import os
 
 import tensorflow as tf
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.checkpoints.format import KINDS, CheckpointFormat  # noqa: F401  (KINDS public here)
+from realformer_tf.checkpoints.format import KINDS  # noqa: F401  (public here)
 from realformer_tf.errors import UsageError
 
 
-class ModelFamily(CheckpointFormat):
-    """One kind of model: a `CheckpointFormat` (name, head_prefixes, model_classes,
-    build_model, load_checkpoint, ...; subclass a family's format, e.g.
-    `checkpoints.bert.BertFormat`) plus what the jobs need. Subclasses set the class
-    attributes.
+class ModelFamily:
+    """One kind of model: its checkpoint format plus what the jobs need. Subclasses set
+    the class attributes.
 
     Attributes:
+        checkpoint_format: the family's `CheckpointFormat` (e.g. `checkpoints.bert.FORMAT`):
+            its models by kind (`build_model`), variable names, head prefixes, loading
+            and saving, and the input adapter the loaders share.
         config_class: a `JsonConfig` dataclass (`from_json_file`, `to_json_file`,
             `describe`).
         checkpoint_name: the final checkpoint a training run leaves in output_dir,
@@ -29,23 +31,35 @@ class ModelFamily(CheckpointFormat):
             (ETC's blocked layout and fixed global tokens); the serving graph pads then.
     """
 
+    checkpoint_format = None
     config_class = None
     checkpoint_name = None
     config_name = None
     export_tasks = ()
     static_length = False
 
+    @property
+    def name(self):
+        """The `--model_type` value (the format's name)."""
+        return self.checkpoint_format.name
+
     # -- configs ----------------------------------------------------------------------
     def load_config(self, path, max_seq_length=None):
         """The config at `path`, checked against `max_seq_length`."""
         if not path:
             raise UsageError("--bert_config_file is required (the model's config JSON)")
-        config = self.config_class.from_json_file(path)
-        limit = self.max_length(config)
+        config = self.read_config(path)
+        limit = self.checkpoint_format.max_length(config)
         if max_seq_length is not None and limit and max_seq_length > limit:
-            raise UsageError(f"--max_seq_length={max_seq_length} exceeds {self.max_length_field}={limit} of "
+            raise UsageError(f"--max_seq_length={max_seq_length} exceeds "
+                             f"{self.checkpoint_format.max_length_field}={limit} of "
                              f"{path}; lower --max_seq_length")
         return config
+
+    def read_config(self, path):
+        """The config file at `path` in the formats the family reads (default: its own
+        JSON file)."""
+        return self.config_class.from_json_file(path)
 
     def check_options(self, options):
         """Raises UsageError for options this family cannot run with."""
@@ -71,15 +85,15 @@ class ModelFamily(CheckpointFormat):
         original-named or one of our training checkpoints). Returns (a log line,
         whether the heads were loaded)."""
         prefix = ckpt.resolve_checkpoint(init_checkpoint)
-        with_heads = self.checkpoint_heads(prefix, kind, num_labels)
-        path = self.load_checkpoint(model, prefix, skip_heads=not with_heads)
+        with_heads = self.checkpoint_format.checkpoint_heads(prefix, kind, num_labels)
+        path = self.checkpoint_format.load_checkpoint(model, prefix, skip_heads=not with_heads)
         parts = "encoder and heads" if with_heads else "encoder only; heads fresh"
         return f"Initialized from {path} ({parts})", with_heads
 
     def save_final_checkpoint(self, model, output_dir, config):
         """Writes `output_dir/<checkpoint_name>` and its config; returns the prefix."""
         prefix = os.path.join(output_dir, self.checkpoint_name)
-        self.save_checkpoint(model, prefix)
+        self.checkpoint_format.save_checkpoint(model, prefix)
         config.to_json_file(os.path.join(output_dir, self.config_name))
         return prefix
 

@@ -46,15 +46,15 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
     already_original = not hf_checkpoint.is_hf_folder(prefix) and not is_object_based(list_checkpoint(prefix))
     if output_format == "checkpoint" and already_original:
         raise CheckpointError(f"{prefix} already uses the original names; use it as it is")
-    config = variant_evidence.resolve(family, config, prefix, log=log)
+    config = variant_evidence.resolve(family.checkpoint_format, config, prefix, log=log)
     if output_format == "hf":
         hf_checkpoint.check_exportable(config, output, allow_variant)  # before anything is built
-    model = family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
-    read = family.load_checkpoint(model, prefix)
+    model = family.checkpoint_format.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
+    read = family.checkpoint_format.load_checkpoint(model, prefix)
     if output_format == "hf":
         return read, hf_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant,
                                                   vocab_file=vocab_file, do_lower_case=do_lower_case)
-    return read, family.save_checkpoint(model, output)
+    return read, family.checkpoint_format.save_checkpoint(model, output)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):
     """A training checkpoint -> an original-named one (see `convert`)."""

@@ -172,7 +172,7 @@ def _run_decided(job, options, family, config, float16, log):
     job.check_inputs(options, family, config)
     if options.init_checkpoint:
         # Fail now, not after set-up; and before a model is built, its sizes.
-        family.check_checkpoint_fits(config, ckpt.resolve_checkpoint(options.init_checkpoint))
+        family.checkpoint_format.check_checkpoint_fits(config, ckpt.resolve_checkpoint(options.init_checkpoint))
     identity = {**job.run_identity(options), **family.run_identity(options)}
     with take_output_dir(options.output_dir, strategy, config, identity, log,
                          record=run_record(options)):  # released on errors too
@@ -216,7 +216,7 @@ def resolve_variant(job, family, config, options, log=say):
         examples = job.evidence_examples(options, family, config)
     except (OSError, ValueError, KeyError, tf.errors.OpError):
         examples = None  # unreadable inputs are reported by check_inputs; use the sample
-    return variant_evidence.resolve(family, config, options.init_checkpoint, examples, options,
+    return variant_evidence.resolve(family.checkpoint_format, config, options.init_checkpoint, examples, options,
                                     source=f"--bert_config_file={options.bert_config_file}", log=log)
 
 

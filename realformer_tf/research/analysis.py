@@ -42,11 +42,12 @@ def load_model(checkpoint, config_file=None):
     checkpoint) and loads an original-named checkpoint or one of our training
     checkpoints (a prefix or a directory). Returns (model, resolved prefix)."""
     from realformer_tf.checkpoints import bert as bert_checkpoint
-    from realformer_tf.models.bert.model import BertConfig, BertModel
+    from realformer_tf.checkpoints import hf
+    from realformer_tf.models.bert.model import BertModel
 
     prefix = resolve(checkpoint)
     config_file = config_file or find_config(prefix)
-    config = BertConfig.from_json_file(config_file)
+    config = hf.load_bert_config(config_file)  # ours, or a Hugging Face folder's
     model = BertModel(config)
     bert_checkpoint.load_bert_checkpoint(model, prefix)
     return model, prefix

@@ -69,7 +69,7 @@ def infer_task(init_checkpoint, family=None):
     family = family or get_family("bert")
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     for task in ("classifier", "squad"):
-        if family.checkpoint_heads(prefix, task):
+        if family.checkpoint_format.checkpoint_heads(prefix, task):
             return task
     return "encoder"
 
@@ -80,7 +80,7 @@ def checkpoint_num_labels(init_checkpoint, family=None):
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     raw = ckpt.list_checkpoint(prefix)
     names = ckpt.original_names(raw) or {}
-    weights = family.classifier_weights_name
+    weights = family.checkpoint_format.classifier_weights_name
     return int(raw[names[weights]][0]) if weights in names else None
 
 
@@ -110,9 +110,9 @@ def _resolve_labels(task, num_labels, label_names, is_regression):
 def _check_lengths(family, config, task, max_seq_length, max_query_length):
     if max_seq_length < 3:
         raise ExportError(f"max_seq_length={max_seq_length} leaves no room for [CLS] text [SEP]")
-    limit = family.max_length(config)
+    limit = family.checkpoint_format.max_length(config)
     if limit and max_seq_length > limit:
-        raise ExportError(f"max_seq_length={max_seq_length} exceeds {family.max_length_field}={limit} of the config")
+        raise ExportError(f"max_seq_length={max_seq_length} exceeds {family.checkpoint_format.max_length_field}={limit} of the config")
     if task == "squad" and not 0 < max_query_length < max_seq_length - 3:
         raise ExportError(f"max_query_length={max_query_length} must be in [1, max_seq_length - 3), "
                           "as in run_squad.py")
@@ -238,7 +238,7 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
         config = bert_config if isinstance(bert_config, family.config_class) else family.load_config(bert_config)
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     # A config file without residual_attention: the weights decide (one line) or an error.
-    config = variant_evidence.resolve(family, config, prefix, source=f"--bert_config_file={bert_config}" if isinstance(bert_config, str) else "the config",
+    config = variant_evidence.resolve(family.checkpoint_format, config, prefix, source=f"--bert_config_file={bert_config}" if isinstance(bert_config, str) else "the config",
                                       log=lambda line: print(line, flush=True))
     task = task or infer_task(prefix, family)
     if task not in TASKS:
@@ -249,15 +249,15 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     if task == "classifier" and not label_names and not num_labels and not is_regression:
         num_labels = checkpoint_num_labels(prefix, family)
         if num_labels is None:
-            raise ExportError(f"{prefix} has no classifier head ({family.classifier_weights_name}); export "
+            raise ExportError(f"{prefix} has no classifier head ({family.checkpoint_format.classifier_weights_name}); export "
                               "it as task encoder, or give the fine-tuned checkpoint")
     num_labels, label_names = _resolve_labels(task, num_labels, label_names, is_regression)
     _check_lengths(family, config, task, max_seq_length, max_query_length)  # fail before building
     read_vocab(vocab_file, config.vocab_size)
     # The family's one builder; float32: the serving graph runs in float32 whatever the
     # training policy was.
-    model = family.build_model(config, task, num_labels=num_labels, dtype="float32")
-    family.load_checkpoint(model, prefix)
+    model = family.checkpoint_format.build_model(config, task, num_labels=num_labels, dtype="float32")
+    family.checkpoint_format.load_checkpoint(model, prefix)
     return export_model(
         model, export_dir, task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,
         max_seq_length=max_seq_length, label_names=label_names, is_regression=is_regression,

@@ -38,7 +38,7 @@ class ClassifierTask(Task):
         self.init_checkpoint = init_checkpoint
 
     def build_model(self):
-        return self.family.build_model(self.config, "classifier", num_labels=self.num_labels)
+        return self.family.checkpoint_format.build_model(self.config, "classifier", num_labels=self.num_labels)
 
     def initialize(self, model):
         if not self.init_checkpoint:

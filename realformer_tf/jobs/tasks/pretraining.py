@@ -37,7 +37,7 @@ class PretrainingTask(Task):
         self.init_checkpoint = init_checkpoint
 
     def build_model(self):
-        return self.family.build_model(self.config, "pretraining")
+        return self.family.checkpoint_format.build_model(self.config, "pretraining")
 
     def initialize(self, model):
         if not self.init_checkpoint:

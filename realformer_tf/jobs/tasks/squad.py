@@ -49,7 +49,7 @@ class SquadTask(Task):
         self.head_initialized = False  # the span head came from init_checkpoint
 
     def build_model(self):
-        return self.family.build_model(self.config, "squad")
+        return self.family.checkpoint_format.build_model(self.config, "squad")
 
     def initialize(self, model):
         if not self.init_checkpoint:

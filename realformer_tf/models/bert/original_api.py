@@ -4,7 +4,7 @@ the parts that name no variable (activations, shapes, masks, dropout, initialize
 and `BertModel`'s original constructor (`OriginalBertModelApi`). The function-style
 helpers that create variables under the original names (`layer_norm`,
 `embedding_lookup`, `transformer_model`, ...) and `get_assignment_map_from_checkpoint`
-are in `realformer_tf.checkpoints.original_names`; `realformer_tf.modeling` re-exports
+are in `realformer_tf.compat.bert_functions`; `realformer_tf.modeling` re-exports
 both, so `modeling.gelu(x)` and `modeling.BertModel(config=..., is_training=...,
 input_ids=...)` read as in the original (docs/original_api.md maps each name).
 """

@@ -18,9 +18,9 @@ head model's weights (`checkpoints.bert.bert_variables`), which
 `tf.compat.v1.train.init_from_checkpoint` assigns in TF2.
 
     with tf.compat.v1.variable_scope("bert/encoder"):
-        layers = original_names.transformer_model(x, hidden_size=64, num_hidden_layers=2, ...)
-    assignment_map, _ = original_names.get_assignment_map_from_checkpoint(
-        original_names.function_variables(), "bert_model.ckpt")
+        layers = bert_functions.transformer_model(x, hidden_size=64, num_hidden_layers=2, ...)
+    assignment_map, _ = bert_functions.get_assignment_map_from_checkpoint(
+        bert_functions.function_variables(), "bert_model.ckpt")
 """
 
 import collections

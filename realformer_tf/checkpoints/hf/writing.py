@@ -1,17 +1,11 @@
-"""Hugging Face BERT model folders (`config.json` + `model.safetensors`), both ways.
+"""Writing Hugging Face BERT folders: `save_hf_folder` writes what `transformers`'
+BertModel / BertForPreTraining / BertForSequenceClassification / BertForQuestionAnswering
+load. Stock `transformers` computes only vanilla post-LN BERT; other variants are written
+under the same naming scheme with the extra weights and our config fields, and read back
+only by this package.
 
-Reading (`hf_folder`, re-exported here): the folder's tensors are presented under the
-original BERT variable names with PyTorch's [out, in] Linear weights transposed to TF's
-[in, out] kernels, so every loader that takes an original-named checkpoint takes a
-folder too; torch and transformers are not needed.
-
-Writing: `save_hf_folder` writes what `transformers`' BertModel / BertForPreTraining /
-BertForSequenceClassification / BertForQuestionAnswering load. Stock `transformers`
-computes only vanilla post-LN BERT; other variants are written under the same naming
-scheme with the extra weights and our config fields, and read back only by this package.
-
-    hf.save_hf_folder(model, "out/hf")            # BertModel or a task model
-    bert_checkpoint.load_bert_checkpoint(model, "out/hf")   # and back (checkpoints.bert)
+    hf.save_hf_folder(model, "out/hf", vocab_file="vocab.txt")   # BertModel or a task model
+    bert_checkpoint.load_bert_checkpoint(model, "out/hf")          # and back (checkpoints.bert)
 """
 
 import json
@@ -22,16 +16,12 @@ import safetensors.numpy
 from absl import logging
 
 from realformer_tf.checkpoints import bert as bert_names
-from realformer_tf.checkpoints.hf_folder import (  # noqa: F401  (the reading side, public here too)
-    FLOAT_DTYPES, HfFolderWeights, is_hf_folder, to_hf_name, to_original_name)
-from realformer_tf.errors import CheckpointError, ConfigError, VariantExportError  # noqa: F401
+from realformer_tf.checkpoints.hf.config import (
+    CONFIG_NAME, VARIANT_FIELDS, VARIANT_MODEL_TYPE, WEIGHTS_NAME, check_exportable, config_to_hf_dict,
+    stock_transformers_computes)
+from realformer_tf.checkpoints.hf.names import to_hf_name
+from realformer_tf.checkpoints.hf.tokenizer import write_tokenizer_files
 from realformer_tf.fileio import atomic_output, gfile
-
-VOCAB_NAME = "vocab.txt"
-TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
-from realformer_tf.models.bert.config import (  # noqa: F401  (the config side, public here too)
-    CONFIG_NAME, VARIANT_ARCHITECTURE_PREFIX, VARIANT_MODEL_TYPE, WEIGHTS_NAME, check_exportable,
-    VARIANT_FIELDS, config_from_hf_dict, config_to_hf_dict, load_hf_config, stock_transformers_computes)
 
 # The transformers class with the same weights as each model kind (checkpoints.bert.KINDS).
 HF_ARCHITECTURES = {
@@ -47,7 +37,6 @@ def hf_architecture(model):
     return HF_ARCHITECTURES[bert_names.model_kind(model)]
 
 
-# -- writing ------------------------------------------------------------------------------
 def hf_tensors(model):
     """{Hugging Face name: float32 array} of a BertModel or task model's weights."""
     architecture = hf_architecture(model)
@@ -110,35 +99,3 @@ def save_hf_folder(model, folder, allow_variant=False, vocab_file=None, do_lower
     if vocab_file:
         write_tokenizer_files(folder, vocab_file, do_lower_case, model.config.max_position_embeddings)
     return folder
-
-
-def write_tokenizer_files(folder, vocab_file, do_lower_case, max_length):
-    """vocab.txt (a copy of `vocab_file`) and tokenizer_config.json: what
-    transformers' BertTokenizer(Fast) reads, with BERT's special tokens."""
-    with gfile().GFile(vocab_file, "rb") as f:
-        vocab = f.read()
-    with atomic_output(os.path.join(folder, VOCAB_NAME), "wb") as f:
-        f.write(vocab)
-    settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": bool(do_lower_case),
-                "model_max_length": int(max_length), "unk_token": "[UNK]", "sep_token": "[SEP]",
-                "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]",
-                "tokenize_chinese_chars": True, "strip_accents": None}
-    with atomic_output(os.path.join(folder, TOKENIZER_CONFIG_NAME)) as f:
-        f.write(json.dumps(settings, indent=2, sort_keys=True) + "\n")
-
-
-def folder_tokenizer(folder):
-    """(vocab path, do_lower_case) of a Hugging Face folder that has vocab.txt (its
-    tokenizer_config.json's do_lower_case, default true as BertTokenizer's), or None."""
-    vocab = os.path.join(folder, VOCAB_NAME)
-    if not (is_hf_folder(folder) and gfile().exists(vocab)):
-        return None
-    settings = {}
-    path = os.path.join(folder, TOKENIZER_CONFIG_NAME)
-    if gfile().exists(path):
-        with gfile().GFile(path) as f:
-            try:
-                settings = json.load(f)
-            except ValueError:
-                raise ConfigError(f"{path} is not valid JSON") from None
-    return vocab, bool(settings.get("do_lower_case", True))

@@ -5,8 +5,7 @@ The folder's tensors are presented under the original BERT variable names
 Linear weights transposed to TF's [in, out] kernels, so every loader that takes an
 original-named checkpoint takes a folder too (`tf_checkpoint` opens folders through
 here). Files are read with `safetensors.numpy` through tf.io.gfile (gs:// works; local
-files only without TensorFlow); torch and transformers are not needed. Writing is
-`realformer_tf.checkpoints.hf.save_hf_folder`.
+files only without TensorFlow); torch and transformers are not needed.
 """
 
 import json
@@ -15,76 +14,16 @@ import os
 import numpy as np
 import safetensors.numpy
 
+from realformer_tf.checkpoints.hf.config import CONFIG_NAME, WEIGHTS_NAME
+from realformer_tf.checkpoints.hf.names import HEAD_NAMES, TIED_DECODER, to_hf_name, to_original_name
 from realformer_tf.errors import CheckpointError, ConfigError
 from realformer_tf.fileio import gfile
-from realformer_tf.models.bert.config import CONFIG_NAME, WEIGHTS_NAME
 from realformer_tf.models.config import read_json_file
-
-
-# Head tensors: Hugging Face name -> original BERT name. Their weights are stored
-# [outputs, hidden] on both sides (no transpose).
-_HEAD_NAMES = {
-    "cls.predictions.bias": "cls/predictions/output_bias",
-    "cls.seq_relationship.weight": "cls/seq_relationship/output_weights",
-    "cls.seq_relationship.bias": "cls/seq_relationship/output_bias",
-    "classifier.weight": "output_weights",
-    "classifier.bias": "output_bias",
-    "qa_outputs.weight": "cls/squad/output_weights",
-    "qa_outputs.bias": "cls/squad/output_bias",
-}
-_HEAD_NAMES_BACK = {original: hf for hf, original in _HEAD_NAMES.items()}
-# Tensors that duplicate others: the decoder is tied to the word embeddings and its
-# bias to cls.predictions.bias; position_ids is a constant buffer of older versions.
-_TIED_DECODER = "cls.predictions.decoder.weight"
-_DUPLICATES = ("cls.predictions.decoder.bias", "embeddings.position_ids")
-_ENCODER_PARTS = ("embeddings", "encoder", "pooler")
 
 
 def is_hf_folder(path):
     """True for a directory holding a Hugging Face `config.json`."""
     return gfile().isdir(path) and gfile().exists(os.path.join(path, CONFIG_NAME))
-
-
-# -- names --------------------------------------------------------------------------------
-def to_original_name(hf_name):
-    """Hugging Face tensor name -> (original BERT name, transpose?); None for tensors
-    that duplicate others (tied decoder, position_ids buffer)."""
-    if hf_name in _HEAD_NAMES:
-        return _HEAD_NAMES[hf_name], False
-    if hf_name == _TIED_DECODER or hf_name.endswith(_DUPLICATES):
-        return None
-    parts = hf_name.split(".")
-    if len(parts) < 2:
-        return hf_name, False  # not a BERT tensor; reported as foreign
-    if parts[0] in _ENCODER_PARTS:  # a bare BertModel's names
-        parts = ["bert"] + parts
-    if len(parts) > 3 and parts[2] == "layer":
-        parts[2:4] = [f"layer_{parts[3]}"]
-    *path, last = parts
-    if path[-1].endswith("LayerNorm"):
-        last = {"weight": "gamma", "bias": "beta"}.get(last, last)
-    elif path[-1].endswith("_embeddings") and last == "weight":
-        return "/".join(path), False
-    elif last == "weight":
-        return "/".join(path + ["kernel"]), True
-    return "/".join(path + [last]), False
-
-
-def to_hf_name(original, prefixed=True):
-    """Original BERT name -> (Hugging Face name, transpose?)."""
-    if original in _HEAD_NAMES_BACK:
-        return _HEAD_NAMES_BACK[original], False
-    parts = original.split("/")
-    if not prefixed and parts[0] == "bert":
-        parts = parts[1:]
-    parts = [p.replace("layer_", "layer.") if p.startswith("layer_") else p for p in parts]
-    last = parts[-1]
-    if last.endswith("_embeddings"):
-        return ".".join(parts + ["weight"]), False
-    if last == "kernel":
-        return ".".join(parts[:-1] + ["weight"]), True
-    parts[-1] = {"gamma": "weight", "beta": "bias"}.get(last, last)
-    return ".".join(parts), False
 
 
 # -- weights ------------------------------------------------------------------------------
@@ -224,7 +163,7 @@ class HfFolderWeights:
             mapped = to_original_name(hf_name)
             if mapped is None:
                 continue
-            if not (mapped[0].startswith(("bert/", "cls/")) or hf_name in _HEAD_NAMES):
+            if not (mapped[0].startswith(("bert/", "cls/")) or hf_name in HEAD_NAMES):
                 foreign.append(hf_name)
             self._names[mapped[0]] = (hf_name, mapped[1])
         if foreign:
@@ -264,10 +203,10 @@ class HfFolderWeights:
         return array.T if transpose else array
 
     def _check_tied_decoder(self):
-        decoder = self._tensors.get(_TIED_DECODER)
+        decoder = self._tensors.get(TIED_DECODER)
         words = self._tensors.get(self.stored_name("bert/embeddings/word_embeddings"))
         if decoder is not None and words is not None and not np.array_equal(decoder, words):
             raise CheckpointError(
-                f"{self.path}: {_TIED_DECODER} differs from the word embeddings; our masked-LM "
+                f"{self.path}: {TIED_DECODER} differs from the word embeddings; our masked-LM "
                 "head is tied to them (as BERT's), so this untied head cannot be loaded. Load "
                 "the encoder only (e.g. into BertModel)")

@@ -1,0 +1,26 @@
+"""Hugging Face BERT model folders (`config.json` + `model.safetensors`, and the
+tokenizer's `vocab.txt` + `tokenizer_config.json`), both ways.
+
+- `config`: the config.json dialect and the export policy (which variants stock
+  transformers computes).
+- `names`: Hugging Face tensor names <-> original BERT names.
+- `reading`: a folder's tensors under the original names (`HfFolderWeights`), so every
+  loader that takes an original-named checkpoint takes a folder too.
+- `writing`: `save_hf_folder`.
+- `tokenizer`: the tokenizer files.
+
+    hf.save_hf_folder(model, "out/hf", vocab_file="vocab.txt")
+    config = hf.load_hf_config("out/hf")
+    bert_checkpoint.load_bert_checkpoint(model, "out/hf")   # (checkpoints.bert)
+"""
+
+from realformer_tf.checkpoints.hf.config import (  # noqa: F401
+    CONFIG_NAME, VARIANT_ARCHITECTURE_PREFIX, VARIANT_FIELDS, VARIANT_MODEL_TYPE, WEIGHTS_NAME,
+    check_exportable, config_from_hf_dict, config_to_hf_dict, load_bert_config, load_hf_config,
+    stock_transformers_computes)
+from realformer_tf.checkpoints.hf.names import to_hf_name, to_original_name  # noqa: F401
+from realformer_tf.checkpoints.hf.reading import FLOAT_DTYPES, HfFolderWeights, is_hf_folder  # noqa: F401
+from realformer_tf.checkpoints.hf.tokenizer import (  # noqa: F401
+    TOKENIZER_CONFIG_NAME, VOCAB_NAME, folder_tokenizer, write_tokenizer_files)
+from realformer_tf.checkpoints.hf.writing import (  # noqa: F401
+    HF_ARCHITECTURES, hf_architecture, hf_tensors, save_hf_folder)
