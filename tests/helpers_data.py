@@ -208,14 +208,18 @@ def _release_program_memory():
     gc.collect()
 
 
+# Repository scripts outside realformer_tf/app/ that follow its `main(argv)` pattern.
+FILE_PROGRAMS = ("analyze_attention.py", "experiments/compare_pretraining.py")
+
+
 def program_main(script):
     """The `main(argv)` behind a repository script, or None for a script that is not a
     program (it then runs in a subprocess)."""
     name = os.path.splitext(os.path.basename(script))[0]
     if os.path.dirname(script) == "" and importlib.util.find_spec(f"realformer_tf.app.{name}") is not None:
         return importlib.import_module(f"realformer_tf.app.{name}").main
-    if script == "analyze_attention.py":
-        spec = importlib.util.spec_from_file_location("analyze_attention", os.path.join(ROOT, script))
+    if script in FILE_PROGRAMS:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, script))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module.main

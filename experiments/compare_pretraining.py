@@ -1,0 +1,79 @@
+"""Learning curves of this package's run_pretraining.py next to Hugging Face transformers'
+BertForPreTraining, on the same TFRecords, settings, initial weights and data order
+(realformer_tf/research/compare_pretraining.py says exactly what is shared). Writes
+compare_pretraining.json (resumable: finished runs are kept), compare_pretraining.md
+and compare_pretraining.png into --output_dir.
+
+  python experiments/compare_pretraining.py --train_file=train.tfrecord \
+    --eval_file=eval.tfrecord --vocab_file=kjv_vocab.txt --seeds=1,2,3 \
+    --num_train_steps=6000 --num_warmup_steps=600 --learning_rate=3e-3 \
+    --output_dir=experiments/results/compare_pretraining
+
+Needs torch and transformers (both in requirements-test.txt).
+"""
+
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # before Keras is imported
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from absl import flags  # noqa: E402
+
+from realformer_tf import app  # noqa: E402
+from realformer_tf.errors import UsageError  # noqa: E402
+from realformer_tf.research import compare_pretraining as cp  # noqa: E402
+
+# Every Settings field with a default is a flag of the same name.
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(cp.Settings)
+             if field.default is not dataclasses.MISSING}
+
+
+def define_flags(fv):
+    """The comparison's flags on the FlagValues `fv` (run_pretraining.py's names)."""
+    flags.DEFINE_string("train_file", None, "Pretraining TFRecords both sides train on.", flag_values=fv)
+    flags.DEFINE_string("eval_file", None, "Held-out pretraining TFRecords both sides are evaluated on.",
+                        flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "The records' WordPiece vocab (sets vocab_size).", flag_values=fv)
+    flags.DEFINE_string("output_dir", None, "Where the results, table, plot and runs go.", flag_values=fv)
+    flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds: initial weights and data order.", flag_values=fv)
+    flags.DEFINE_list("sides", ["ours", "transformers"], "Which sides to run.", flag_values=fv)
+    for name, default in _DEFAULTS.items():
+        define = flags.DEFINE_float if isinstance(default, float) else flags.DEFINE_integer
+        define(name, default, f"Settings.{name} (default {default}).", flag_values=fv)
+
+
+def run(fv):
+    from realformer_tf.data.vocab import check_vocab
+
+    try:
+        seeds = [int(s) for s in fv.seeds]
+    except ValueError:
+        raise UsageError(f"--seeds={','.join(fv.seeds)}: expected comma-separated integers") from None
+    unknown = set(fv.sides) - set(cp.SIDES)
+    if unknown:
+        raise UsageError(f"--sides: {', '.join(sorted(unknown))} is not one of {', '.join(cp.SIDES)}")
+    settings = cp.Settings(train_file=fv.train_file, eval_file=fv.eval_file,
+                           vocab_size=len(check_vocab(fv.vocab_file)),
+                           **{name: fv[name].value for name in _DEFAULTS})
+    try:
+        results = cp.compare(settings, seeds, fv.output_dir, sides=tuple(fv.sides))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    table = cp.report_markdown(results)
+    with open(os.path.join(fv.output_dir, "compare_pretraining.md"), "w") as f:
+        f.write(table)
+    print(table)
+    print(f"plot: {cp.plot(results, os.path.join(fv.output_dir, 'compare_pretraining.png'))}")
+
+
+def main(argv=None):
+    return app.run_program(argv, __doc__, define_flags, run,
+                           required_flags=["train_file", "eval_file", "vocab_file", "output_dir"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
