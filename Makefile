@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # The repository's own commands run on TensorFlow; the package never sets the backend.
 export KERAS_BACKEND ?= tensorflow
 
-.PHONY: demo test test-fast venv install-tpu bench bench-keras-fit bench-serving docs-tables clean
+.PHONY: demo test test-fast venv install-tpu bench bench-keras-fit bench-serving bench-beam docs-tables clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,14 @@ bench-keras-fit: $(STAMP)
 bench-serving: $(TEST_STAMP)
 	$(PY) benchmarks/benchmark_serving.py \
 	    --json_out benchmarks/results/serving.json --markdown_out benchmarks/results/serving.md
+
+# Pretraining data on Apache Beam (docs/beam.md): the in-process path vs the DirectRunner
+# with 1 and 2 worker processes, on a corpus and on it twice (~15 min on 2 idle cores).
+# The corpus (reST text, or .xz) and the vocab are given: make bench-beam CORPUS=FILE VOCAB=FILE
+bench-beam: $(TEST_STAMP)
+	@test -n "$(CORPUS)" -a -n "$(VOCAB)" || { echo "usage: make bench-beam CORPUS=FILE VOCAB=FILE"; exit 2; }
+	$(PY) benchmarks/benchmark_beam_pretraining.py --corpus "$(CORPUS)" --vocab "$(VOCAB)" \
+	    --json_out benchmarks/results/beam_pretraining.json --markdown_out benchmarks/results/beam_pretraining.md
 
 # Copy the benchmark tables from benchmarks/results/ into README.md and docs/*.md
 # (between `<!-- table: ... -->` markers); tests/test_doc_tables.py checks they match.

@@ -30,7 +30,8 @@ _CUDA_PROBE_NOISE = ("failed call to cuInit", "Could not find cuda drivers")
 USER_ERRORS = (UserError,)
 
 
-def run_program(argv, doc, define_flags, job, required_flags=(), needs_tensorflow=True):
+def run_program(argv, doc, define_flags, job, required_flags=(), needs_tensorflow=True,
+                pass_unknown_flags=False):
     """Parses `argv` into a fresh FlagValues and runs `job(flag_values)`.
 
     Args:
@@ -41,6 +42,9 @@ def run_program(argv, doc, define_flags, job, required_flags=(), needs_tensorflo
         it raises becomes one `error:` line on stderr and status 1.
       required_flags: flags that must be given.
       needs_tensorflow: whether the job runs Keras on TensorFlow (checked first).
+      pass_unknown_flags: whether flags the program does not define are handed on
+        instead of refused: then `job(flag_values, unparsed)` gets them as a list (e.g.
+        Apache Beam pipeline options, which another parser reads).
 
     Returns:
       The exit status: 0 on success or help, 1 for a user error (bad flags included).
@@ -52,7 +56,7 @@ def run_program(argv, doc, define_flags, job, required_flags=(), needs_tensorflo
         print(f"{doc.strip()}\n\nFlags:\n{flag_values.get_help()}")
         return 0
     try:
-        flag_values(argv)
+        unparsed = flag_values(argv, known_only=pass_unknown_flags)[1:]
     except flags.Error as e:
         print(f"error: {e} (see {program} --helpfull)", file=sys.stderr)
         return 1
@@ -61,7 +65,7 @@ def run_program(argv, doc, define_flags, job, required_flags=(), needs_tensorflo
             if needs_tensorflow:
                 start_devices_quietly()
                 require_tensorflow_backend(program)  # one BackendError line otherwise
-            status = job(flag_values)
+            status = job(flag_values, unparsed) if pass_unknown_flags else job(flag_values)
         except USER_ERRORS as e:
             if flag_values["verbosity"].present:
                 logging.error("%s", e)
