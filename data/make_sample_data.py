@@ -4,17 +4,25 @@ Run from the repository root with the full text (one verse per line) at hand:
   xz -dc kjv.txt.xz > /tmp/kjv.txt && python data/make_sample_data.py /tmp/kjv.txt
 
 Writes
-  data/sample_text.txt     pretraining text: one verse per line, a blank line between
-                           "documents" of 25 verses (create_pretraining_data's format)
+  data/sample_text.txt     a small pretraining text (2,250 verses: the serving benchmark's
+                           texts): one verse per line, a blank line between "documents" of
+                           25 verses (create_pretraining_data's format)
   data/testament/*.tsv     a sentence-classification task in the GLUE SST-2 layout:
                            is a verse from the Old (0) or the New (1) Testament?
-Verses in the classification task are disjoint from the pretraining text.
+  data/kjv/train.txt.xz    the demo's pretraining text: the verses not in the task, in documents of
+  data/kjv/heldout.txt.xz  25 consecutive verses, every 10th document held out (xz-compressed)
+  data/kjv/vocab.txt       a WordPiece vocab learned from kjv/train (experiments/make_vocab.py)
+Verses in the classification task are disjoint from the pretraining texts.
 """
 
+import lzma
 import os
 import random
 import re
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
+from make_vocab import learn_vocab  # noqa: E402 (a script folder, not a package)
 
 FIRST_NEW_TESTAMENT_LINE = 23146  # Matthew 1:1 in the one-verse-per-line text
 # Some books' verses start with a reference ("1Sm1:1 ", "2Cor4:5 "): drop it, it would
@@ -37,6 +45,13 @@ def main(path, out_dir=os.path.dirname(os.path.abspath(__file__))):
     with open(os.path.join(out_dir, "sample_text.txt"), "w", encoding="utf-8") as f:
         f.write("\n\n".join("\n".join(doc) for doc in documents) + "\n")
 
+    classified = write_classification_task(labeled, used, rng, out_dir)
+    write_demo_corpus([v for i, (v, _) in enumerate(labeled) if i not in classified], out_dir)
+
+
+def write_classification_task(labeled, used, rng, out_dir):
+    """Writes data/testament/; returns the indices of the verses it holds."""
+    classified = set()
     # Classification: balanced, short verses, disjoint from the pretraining text.
     pool = [i for i in range(len(labeled)) if i not in used and len(labeled[i][0]) < 160]
     old = [i for i in pool if labeled[i][1] == 0]
@@ -47,6 +62,7 @@ def main(path, out_dir=os.path.dirname(os.path.abspath(__file__))):
     task_dir = os.path.join(out_dir, "testament")
     os.makedirs(task_dir, exist_ok=True)
     for split, n in sizes.items():
+        classified.update(old[:n] + new[:n])
         rows = [labeled[i] for i in old[:n] + new[:n]]
         old, new = old[n:], new[n:]
         rng.shuffle(rows)
@@ -60,6 +76,29 @@ def main(path, out_dir=os.path.dirname(os.path.abspath(__file__))):
         if split == "test":  # the demo scores its predictions against these
             with open(os.path.join(task_dir, "test_labels.txt"), "w") as f:
                 f.writelines(f"{label}\n" for _, label in rows)
+    return classified
+
+
+def write_demo_corpus(verses, out_dir, verses_per_document=25, held_out_every=10):
+    """The demo's pretraining text (see the module's docstring): enough text that a tiny
+    model learns to use context in a few thousand steps instead of memorizing."""
+    documents = ["\n".join(verses[s:s + verses_per_document]) for s in range(0, len(verses), verses_per_document)]
+    kjv_dir = os.path.join(out_dir, "kjv")
+    os.makedirs(kjv_dir, exist_ok=True)
+    splits = {"train": [d for k, d in enumerate(documents) if k % held_out_every != held_out_every - 1],
+              "heldout": [d for k, d in enumerate(documents) if k % held_out_every == held_out_every - 1]}
+    for name, docs in splits.items():
+        with lzma.open(os.path.join(kjv_dir, f"{name}.txt.xz"), "wt", encoding="utf-8", preset=9) as f:
+            f.write("\n\n".join(docs) + "\n")
+    train_text = os.path.join(kjv_dir, "train.txt")
+    with open(train_text, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(splits["train"]) + "\n")
+    try:
+        vocab = learn_vocab(train_text, vocab_size=4000)
+    finally:
+        os.remove(train_text)
+    with open(os.path.join(kjv_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
 
 
 if __name__ == "__main__":

@@ -117,3 +117,12 @@ def test_the_program_runs_the_comparison_and_refuses_bad_flags(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     table = (out / "compare_pretraining.md").read_text()
     assert "| 2 |" in table and (out / "compare_pretraining.png").stat().st_size > 1000
+
+
+def test_a_difference_is_marked_only_outside_two_standard_errors_over_seeds():
+    from realformer_tf.research import compare_pretraining as cp
+
+    # 2 SE = 2 * sqrt(0.002^2 / 3 + 0.002^2 / 3) = 0.00327
+    assert cp._difference(0.0100, 0.002, 3, 0.002, 3) == "+0.0100 (0.0033)*"
+    assert cp._difference(-0.0030, 0.002, 3, 0.002, 3) == "-0.0030 (0.0033)"
+    assert cp._difference(0.0030, float("nan"), 1, float("nan"), 1) == "+0.0030"  # one seed: no spread

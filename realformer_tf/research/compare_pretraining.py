@@ -243,13 +243,23 @@ def _cell(mean, sd):
     return f"{mean:.4f}" if np.isnan(sd) else f"{mean:.4f} ± {sd:.4f}"
 
 
+def _difference(difference, sd_ours, n_ours, sd_peer, n_peer):
+    two_se = 2 * np.sqrt(sd_ours ** 2 / n_ours + sd_peer ** 2 / n_peer)
+    if np.isnan(two_se):
+        return f"{difference:+.4f}"
+    return f"{difference:+.4f} ({two_se:.4f}){'*' if abs(difference) > two_se else ''}"
+
+
 def report_markdown(results):
     """The table: per evaluated step, each side's mean ± sd over seeds of held-out
-    masked-LM accuracy and loss, and ours minus transformers."""
+    masked-LM accuracy and loss, and ours minus transformers with twice its standard
+    error over seeds (Welch's: a difference inside it is within the seed spread)."""
     base = results["baselines"]
     counts = ", ".join(f"{side}: {len(results['runs'].get(side, {}))}" for side in SIDES)
     lines = [f"Held-out masked-LM accuracy / loss, mean ± sd over seeds ({counts} seeds). "
              f"Context-free baselines: unigram {base['unigram']:.3f}, copy + unigram {base['copy_unigram']:.3f}.",
+             "A difference is ours minus transformers, with 2 standard errors over seeds in brackets; "
+             "`*` marks one outside them.",
              "", "| step | ours accuracy | transformers accuracy | difference | ours loss | transformers loss "
              "| difference |", "|---|---|---|---|---|---|---|"]
     steps, ours_acc = curves(results, "ours", "accuracy")
@@ -262,7 +272,7 @@ def report_markdown(results):
         cells = [str(step)]
         for ours, peer in ((ours_acc[:, i], peer_acc[:, i]), (ours_loss[:, i], peer_loss[:, i])):
             (om, osd), (pm, psd) = _mean_sd(ours), _mean_sd(peer)
-            cells += [_cell(om, osd), _cell(pm, psd), f"{om - pm:+.4f}"]
+            cells += [_cell(om, osd), _cell(pm, psd), _difference(om - pm, osd, len(ours), psd, len(peer))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -114,7 +114,7 @@ class PeerBert:
             for (name, p), g in zip(self.params, grads):
                 self._adamw(name, p, g * multiplier, lr)
         self.step += 1
-        return float(loss)
+        return loss.item()
 
     def _adamw(self, name, p, g, lr, beta_1=0.9, beta_2=0.999, epsilon=1e-6):
         """Keras' AdamW update of one parameter."""
