@@ -197,6 +197,18 @@ def run_script(script, *args, timeout=600, env=None, cwd=ROOT):
     return subprocess.CompletedProcess(argv, int(status or 0), output["stdout"], output["stderr"])
 
 
+def one_error_line(proc, *expected):
+    """The single `error:` line of a program that failed as a user error (status 1, no
+    traceback); each of `expected` must be in it."""
+    assert proc.returncode == 1, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    for text in expected:
+        assert text in errors[0], (text, errors[0])
+    return errors[0]
+
+
 def _release_program_memory():
     """What a finished process would give back: the program's models, graphs and Keras
     names (a test file runs dozens of programs in one worker)."""

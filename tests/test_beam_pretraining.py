@@ -214,14 +214,6 @@ def test_a_failed_run_leaves_no_shard(corpus, tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "failed") == []  # no shard, no temporary file
 
 
-def _one_error_line(proc):
-    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
-
-
 @pytest.fixture(scope="module")
 def bad(tmp_path_factory):
     d = tmp_path_factory.mktemp("beam_errors")
@@ -258,7 +250,7 @@ def test_user_error_is_one_line_before_the_pipeline_starts(corpus, bad, override
     args = [a for a in _beam_args(corpus, str(bad / "out" / "train"), **values) if not a.endswith("=None")]
     if not extra:  # the in-process path: its --output_file, and no Beam-only flag unless the case adds it
         args = [a for a in args if not a.startswith("--documents_per_bucket")]
-    error = _one_error_line(h.run_script("create_pretraining_data.py", *args, *extra))
+    error = h.one_error_line(h.run_script("create_pretraining_data.py", *args, *extra))
     for text in expected:
         assert text.replace("@", str(bad)) in error, (text, error)
     assert "Beam pipeline on" not in error and not os.path.exists(bad / "out")
@@ -266,5 +258,5 @@ def test_user_error_is_one_line_before_the_pipeline_starts(corpus, bad, override
 
 def test_other_programs_still_refuse_unknown_flags():
     """Only create_pretraining_data hands flags it does not define on (to Beam)."""
-    error = _one_error_line(h.run_script("run_classifier.py", "--direct_num_workers=2"))
+    error = h.one_error_line(h.run_script("run_classifier.py", "--direct_num_workers=2"))
     assert "direct_num_workers" in error

@@ -58,23 +58,13 @@ def _run(files, timeout_s=60, env=None, contacts_a_tpu=True, **flags):
     return proc, time.monotonic() - start
 
 
-def _assert_one_error(proc, *expected):
-    assert proc.returncode == 1, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    for text in expected:
-        assert text in errors[0], (text, errors[0])
-    return errors[0]
-
-
 GS = dict(input_file="gs://no-such-bucket/records.tfrecord", output_dir="gs://no-such-bucket/out")
 
 
 @pytest.mark.serial  # timed bounds
 def test_unknown_tpu_name(files):
     proc, seconds = _run(files, tpu="my-tpu", **GS)
-    line = _assert_one_error(proc, "--tpu=my-tpu", "could not look up", "--tpu=local", "grpc://")
+    line = h.one_error_line(proc, "--tpu=my-tpu", "could not look up", "--tpu=local", "grpc://")
     assert seconds < 60 + START_UP_S, (seconds, line)
 
 
@@ -82,7 +72,7 @@ def test_unknown_tpu_name(files):
 def test_unreachable_address_fails_at_once(files):
     # Port 9 (discard) on localhost: nothing listens there on a test machine.
     proc, seconds = _run(files, tpu="grpc://127.0.0.1:9", **GS)
-    _assert_one_error(proc, "--tpu=grpc://127.0.0.1:9", "nothing answers at 127.0.0.1:9")
+    h.one_error_line(proc, "--tpu=grpc://127.0.0.1:9", "nothing answers at 127.0.0.1:9")
     assert seconds < 60 + START_UP_S
 
 
@@ -91,20 +81,20 @@ def test_unreachable_address_fails_at_once(files):
 def test_address_that_never_answers_ends_at_the_bound(files, silent_listener):
     bound = 5
     proc, seconds = _run(files, timeout_s=bound, tpu=silent_listener, **GS)
-    _assert_one_error(proc, f"--tpu={silent_listener}", f"did not start within {bound} s", "--tpu_timeout_s")
+    h.one_error_line(proc, f"--tpu={silent_listener}", f"did not start within {bound} s", "--tpu_timeout_s")
     assert bound <= seconds < bound + START_UP_S
 
 
 def test_tpu_vm_without_tpu_flag(files):
     proc, _ = _run(files, env=dict(TPU_ACCELERATOR_TYPE="v4-8"), contacts_a_tpu=False)
-    _assert_one_error(proc, "TPU VM", "TPU_ACCELERATOR_TYPE=v4-8", "--tpu=local")
+    h.one_error_line(proc, "TPU VM", "TPU_ACCELERATOR_TYPE=v4-8", "--tpu=local")
 
 
 def test_local_paths_with_a_tpu_node(files):
     proc, seconds = _run(files, tpu="grpc://10.0.0.2:8470", input_file=files["records"],
                          output_dir="gs://no-such-bucket/out", init_checkpoint="/tmp/bert_model.ckpt",
                          contacts_a_tpu=False)
-    line = _assert_one_error(proc, f"--input_file={files['records']}", "--init_checkpoint=/tmp/bert_model.ckpt",
+    line = h.one_error_line(proc, f"--input_file={files['records']}", "--init_checkpoint=/tmp/bert_model.ckpt",
                              "--tpu=grpc://10.0.0.2:8470", "gs://")
     assert "--output_dir" not in line
     assert seconds < START_UP_S  # decided offline, before any network access
@@ -112,7 +102,7 @@ def test_local_paths_with_a_tpu_node(files):
 
 def test_local_tpu_on_a_machine_without_one(files):
     proc, _ = _run(files, tpu="local")
-    _assert_one_error(proc, "--tpu=local", "could not be started", "TPU VM")
+    h.one_error_line(proc, "--tpu=local", "could not be started", "TPU VM")
 
 
 # -- the rules, in-process -------------------------------------------------------------

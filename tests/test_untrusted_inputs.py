@@ -13,14 +13,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import warnings
 import zipfile
 
 import keras
 import numpy as np
 import pytest
-import safetensors.numpy
 import tensorflow as tf
 
 import helpers_data as h
@@ -84,15 +82,6 @@ def _edit_config(folder, **values):
 def _convert(tmp_path, folder):
     return h.run_script("convert_checkpoint.py", f"--input_checkpoint={folder}",
                         f"--output_checkpoint={tmp_path / 'out' / 'ckpt'}", "--task=encoder", timeout=300)
-
-
-def _one_error(proc):
-    """The single `error:` line of a script that failed as a user error."""
-    assert proc.returncode == 1, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 # -- damaged / hostile Hugging Face folders (subprocess: a crash must not kill pytest) -----
@@ -203,7 +192,7 @@ def test_damaged_hf_folder_script_exits_1_with_one_error_line(tmp_path, case):
     _, damage, expected = next(c for c in FOLDER_CASES if c[0] == case)
     folder = _folder(tmp_path)
     damage(folder)
-    error = _one_error(_convert(tmp_path, folder))
+    error = h.one_error_line(_convert(tmp_path, folder))
     for text in expected:
         assert text in error, (text, error)
 
@@ -231,7 +220,7 @@ def test_hostile_config_within_bounds_fails_before_building(tmp_path):
     cmd = [sys.executable, "-c", MEASURE, sys.executable, os.path.join(h.ROOT, "convert_checkpoint.py"),
            f"--input_checkpoint={folder}", f"--output_checkpoint={tmp_path / 'out' / 'ckpt'}", "--task=encoder"]
     proc = subprocess.run(cmd, cwd=h.ROOT, env=h.script_env(), capture_output=True, text=True, timeout=300)
-    error = _one_error(proc)
+    error = h.one_error_line(proc)
     assert "does not fit" in error and "word_embeddings" in error and "4194304" in error, error
     rss_kb, seconds = proc.stdout.split("MAXRSS_KB")[1].split()
     assert int(rss_kb) < 2 * 2**20, f"peak RSS {int(rss_kb) / 2**10:.0f} MB"
