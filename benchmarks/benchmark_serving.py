@@ -24,6 +24,11 @@ Both report the time of a whole call, text in, NumPy probabilities out. Before a
 both sides classify the same texts and the largest difference of their probabilities is
 printed (and must be <= 1e-4).
 
+Where onnxruntime is installed, a second table puts our SavedModel next to onnxruntime
+serving the same Hugging Face weights (benchmarks/serving_onnx.py: exported with
+torch.onnx, plain and with onnxruntime's BERT fusions, Rust tokenizer), each at 1 and 2
+intra-op threads.
+
 The same table has RealFormer (residual attention), NormFormer and ETC (raw-text export
 at 512 tokens, 16 long tokens per global token) as time ratios to the vanilla SavedModel
 (fewer requests), and the levers tried on the serving side (see benchmarks/README.md,
@@ -57,10 +62,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+for _path in (_ROOT, os.path.join(_ROOT, "benchmarks")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 import numpy as np  # noqa: E402
+
+import serving_onnx  # noqa: E402
 
 VOCAB_FILE = os.path.join(_ROOT, "data", "vocab.txt")
 CORPUS_FILE = os.path.join(_ROOT, "data", "sample_text.txt")
@@ -88,6 +96,7 @@ def parse_args(argv=None):
                    help="interleaving rounds per load (batch 1: 10 requests per side and round)")
     p.add_argument("--levers", default="threads,pad_max,xla,etc_max",
                    help="comma list of serving levers to time against their baseline ('' = none)")
+    p.add_argument("--no_onnx", action="store_true", help="leave out the onnxruntime side even where it is installed")
     p.add_argument("--pause", type=float, default=0.05, help="seconds between two workers' turns")
     p.add_argument("--work_dir", help="keep the exports here (default: a temporary folder)")
     p.add_argument("--reuse", action="store_true", help="reuse the exports already in --work_dir")
@@ -222,7 +231,7 @@ def make_exports(args, work):
 
 
 # -- workers -------------------------------------------------------------------------------
-# Runs as `python -c WORKER tf|torch SPEC`: one JSON command per stdin line, one JSON
+# Runs as `python -c WORKER tf|torch|onnx SPEC`: one JSON command per stdin line, one JSON
 # answer per stdout line. The tf worker imports tensorflow and tensorflow_text only.
 WORKER = r'''
 import json, os, sys, time
@@ -242,6 +251,11 @@ if kind == "tf":
     def classify(name, texts):
         texts = tf.constant(texts)
         return models[name](text_a=texts, text_b=tf.fill(tf.shape(texts), ""))["probabilities"].numpy()
+elif kind == "onnx":
+    sys.path.insert(0, spec["benchmarks"])
+    import onnxruntime as ort
+    import serving_onnx
+    classify, options = serving_onnx.make_classifier(spec)
 else:
     import torch
     import transformers
@@ -262,6 +276,9 @@ info = {"python_modules": sorted(m for m in ("realformer_tf", "torch", "transfor
 if kind == "tf":
     info["threads"] = [tf.config.threading.get_intra_op_parallelism_threads(),
                        tf.config.threading.get_inter_op_parallelism_threads()]
+elif kind == "onnx":
+    info["threads"] = [options.intra_op_num_threads, options.inter_op_num_threads]
+    info["versions"] = {"onnxruntime": ort.__version__}
 else:
     info["threads"] = [torch.get_num_threads(), torch.get_num_interop_threads()]
     info["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
@@ -367,12 +384,19 @@ def run(args):
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_")
     os.makedirs(work, exist_ok=True)
     paths, hf = make_exports(args, work)
+    onnx = None
+    if not args.no_onnx and serving_onnx.available():
+        onnx_paths, fusions = serving_onnx.export(hf, os.path.join(work, "onnx"), reuse=args.reuse)
+        onnx = dict(paths=onnx_paths, fusions=fusions)
+        print(f"exported ONNX (fused ops: {fusions})", file=sys.stderr, flush=True)
+    elif not args.no_onnx:
+        print("onnxruntime / onnx not installed: no onnxruntime side", file=sys.stderr, flush=True)
     levers = [x for x in args.levers.split(",") if x]
     texts = {length: make_texts(n, 256, seed=i) for i, (length, n) in enumerate(LENGTHS.items())}
 
     workers = {}
     try:
-        return _run(args, work, paths, hf, levers, texts, workers)
+        return _run(args, work, paths, hf, levers, texts, workers, onnx)
     finally:
         for w in workers.values():
             w.close()
@@ -380,7 +404,7 @@ def run(args):
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(args, work, paths, hf, levers, texts, workers):
+def _run(args, work, paths, hf, levers, texts, workers, onnx=None):
     tf_worker = Worker("tf", {"models": paths})
     torch_worker = Worker("torch", {"hf": hf, "max_length": MAX_SEQ_LENGTH})
     workers.update(tf=tf_worker, torch=torch_worker)
@@ -396,12 +420,19 @@ def _run(args, work, paths, hf, levers, texts, workers):
     for name in paths:
         if "+" in name:
             targets.append(Target(name, tf_worker, name, False, f"lever {name.split('+')[1]}"))
-    if "threads" in levers:
+    if "threads" in levers or onnx:  # (against onnxruntime: as many calls as the main sides)
         for intra, inter in ((1, 1), (2, 1)):
             worker = Worker("tf", {"models": {"vanilla": paths["vanilla"]}, "intra": intra, "inter": inter})
             workers[f"tf_{intra}_{inter}"] = worker
-            targets.append(Target(f"vanilla+threads_{intra}_{inter}", worker, "vanilla", False,
+            targets.append(Target(f"vanilla+threads_{intra}_{inter}", worker, "vanilla", bool(onnx),
                                   f"intra_op {intra}, inter_op {inter}"))
+    if onnx:
+        for threads in serving_onnx.THREADS:
+            worker = Worker("onnx", {"onnx": onnx["paths"], "hf": hf, "max_length": MAX_SEQ_LENGTH,
+                                     "intra": threads, "benchmarks": os.path.join(_ROOT, "benchmarks")})
+            workers[f"onnx_{threads}"] = worker
+            for graph, name in serving_onnx.target_names(threads).items():
+                targets.append(Target(name, worker, graph, True, f"onnxruntime, {graph} graph, intra_op {threads}"))
 
     # Equality first: the same texts through every target, vs the transformers side.
     check = {}
@@ -412,6 +443,10 @@ def _run(args, work, paths, hf, levers, texts, workers):
         ours = np.array(tf_worker.ask(op="probs", model="vanilla", texts=sample))
         check.setdefault("ours_vs_transformers", []).append(float(np.abs(ours - ref).max()))
         for t in targets:
+            if t.name.startswith("onnxruntime"):
+                got = np.array(t.worker.ask(op="probs", model=t.model, texts=sample))
+                check.setdefault(f"{t.name}_vs_transformers", []).append(float(np.abs(got - ref).max()))
+        for t in targets:
             if t.worker is not torch_worker and t.model != "vanilla" and "+" in t.name and t.model:
                 base = "etc" if t.model.startswith("etc") else "vanilla"
                 got = np.array(t.worker.ask(op="probs", model=t.model, texts=sample))
@@ -420,8 +455,9 @@ def _run(args, work, paths, hf, levers, texts, workers):
         reference = ref if reference is None else reference
     check = {k: max(v) for k, v in check.items()}
     print("max |probabilities difference|: " + ", ".join(f"{k} {v:.2e}" for k, v in check.items()), flush=True)
-    if check["ours_vs_transformers"] > TOLERANCE:
-        raise SystemExit(f"error: ours and transformers differ by {check['ours_vs_transformers']:.2e} > {TOLERANCE}")
+    for name, difference in check.items():
+        if name.endswith("_vs_transformers") and difference > TOLERANCE:
+            raise SystemExit(f"error: {name.replace('_vs_', ' and ')} differ by {difference:.2e} > {TOLERANCE}")
 
     def result():
         return {
@@ -433,7 +469,9 @@ def _run(args, work, paths, hf, levers, texts, workers):
             "equality_max_abs_diff": check, "tolerance": TOLERANCE,
             "targets": {t.name: t.description for t in targets},
             "threads": {name: w.info["threads"] for name, w in workers.items()},
-            "versions": dict(torch_worker.info.get("versions", {}), tensorflow=_tf_version(), python=platform.python_version()),
+            "versions": dict(torch_worker.info.get("versions", {}), **workers.get("onnx_1", torch_worker).info.get("versions", {}),
+                             tensorflow=_tf_version(), python=platform.python_version()),
+            "onnx_fusions": onnx["fusions"] if onnx else None,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "results": summarize(targets, args),
         }
@@ -516,7 +554,17 @@ def markdown_report(result):
         "per-round ratios.", "",
         "Max |probabilities difference| on the same texts: " + ", ".join(f"{k} {v:.1e}" for k, v in eq.items())
         + f" (tolerance {result['tolerance']:g}).", "",
-        format_tables(result), ""])
+        format_tables(result), ""] + _onnx_section(result))
+
+
+def _onnx_section(result):
+    onnx_table = serving_onnx.table(result["results"], _paired_ratio)
+    if not onnx_table:
+        return []
+    return ["## Against onnxruntime, at 1 and 2 intra-op threads (inter-op 1)", "",
+            "The same weights exported with torch.onnx (plain) and after onnxruntime's BERT fusions "
+            f"(fused ops: {json.dumps(result.get('onnx_fusions'))}), tokenized by BertTokenizerFast.", "",
+            onnx_table, ""]
 
 
 def main(argv=None):

@@ -78,6 +78,40 @@ def test_levers_keep_the_probabilities_and_the_worker_serves_without_the_package
         worker.close()
 
 
+@pytest.mark.slow
+def test_onnxruntime_side_serves_the_same_weights_as_transformers(bench, tmp_path):
+    """The HF folder exported to ONNX (plain and fused), served by the benchmark's onnx
+    worker: the probabilities transformers computes from the folder."""
+    import keras
+    import torch
+    import transformers
+
+    from realformer_tf import modeling
+    from realformer_tf.checkpoints import hf as hf_checkpoint
+
+    keras.utils.set_random_seed(5)
+    model = modeling.BertClassifierModel(h.tiny_config(residual_attention=False), num_labels=2)
+    model._ensure_built()
+    folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), vocab_file=h.write_vocab(tmp_path / "vocab.txt"))
+    paths, fusions = bench.serving_onnx.export(folder, str(tmp_path / "onnx"))
+    assert fusions.get("SkipLayerNormalization", 0) > 0, fusions  # the fused graph is fused
+
+    texts = [" ".join(s.split()[:n]) for s, n in zip(h.sentences(4, seed=3), (3, 9, 1, 6))]
+    tokenizer = transformers.BertTokenizerFast(str(tmp_path / "hf" / "vocab.txt"), do_lower_case=True)
+    with torch.inference_mode():
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
+        want = torch.softmax(transformers.BertForSequenceClassification.from_pretrained(folder)(**batch).logits, -1)
+    worker = bench.Worker("onnx", {"onnx": paths, "hf": folder, "max_length": 32, "intra": 1,
+                                   "benchmarks": os.path.join(h.ROOT, "benchmarks")})
+    try:
+        assert worker.info["threads"] == [1, 1] and "realformer_tf" not in worker.info["python_modules"]
+        for graph in ("plain", "fused"):
+            got = worker.ask(op="probs", model=graph, texts=texts)
+            np.testing.assert_allclose(got, want.numpy(), atol=1e-5, err_msg=graph)
+    finally:
+        worker.close()
+
+
 def test_paired_ratio_is_immune_to_a_slow_round(bench):
     # Round 1 ran on a machine twice as slow for both sides: the ratio within each round
     # is 0.8, so the paired ratio is 0.8 whatever the spell; the p50s are shifted by it.
@@ -104,7 +138,10 @@ def test_report_renders_every_load_ratio_and_lever(bench):
         results[key] = {"ours": _timed(80.0, 40.0, [0.08, 0.09]), "transformers": _timed(100.0, 30.0, [0.1, 0.1]),
                         "realformer": _timed(84.0, 38.0, [0.084, 0.09]), "normformer": _timed(88.0, 36.0, [0.088, 0.09]),
                         "etc": _timed(200.0, 10.0, [0.2, 0.2]), "etc+etc_max": _timed(400.0, 5.0, [0.4, 0.4]),
-                        "vanilla+pad_max": _timed(90.0, 35.0, [0.09, 0.1])}
+                        "vanilla+pad_max": _timed(90.0, 35.0, [0.09, 0.1]),
+                        "vanilla+threads_2_1": _timed(60.0, 50.0, [0.06, 0.06]),
+                        "onnxruntime_2": _timed(50.0, 40.0, [0.05, 0.05]),
+                        "onnxruntime_fused_2": _timed(60.0, 50.0, [0.06, 0.06])}
     result = {"model": "quick", "machine": "test", "versions": {}, "threads": [2, 2], "requests": 3,
               "variant_requests": 3, "batch_size": 4, "batches": 2, "variant_batches": 2, "rounds": 2,
               "equality_max_abs_diff": {"ours_vs_transformers": 1e-7}, "tolerance": 1e-4, "results": results}
@@ -113,3 +150,8 @@ def test_report_renders_every_load_ratio_and_lever(bench):
     assert "| long | batch 4 | 40.0 sent/s | 30.0 sent/s | 1.33x throughput (paired " in report
     assert "| etc+etc_max | 2.00x | 2.00x |" in report and "| vanilla+pad_max | 1.12x | 1.14x |" in report
     assert "ours_vs_transformers 1.0e-07 (tolerance 0.0001)" in report
+    assert "| 2 | short | batch 1 | p50 60.0 / p99 90.0 ms | p50 50.0 / p99 75.0 ms | p50 60.0 / p99 90.0 ms " \
+           "| 1.20x latency (paired 1.20x) | 1.00x latency (paired 1.00x) |" in report
+    assert "| 2 | long | batch 4 | 50.0 sent/s | 40.0 sent/s | 50.0 sent/s | 1.25x throughput (paired 0.83x) " \
+           "| 1.00x throughput (paired 1.00x) |" in report
+    assert "| 1 | " not in report  # no onnxruntime rows at 1 thread in these results
