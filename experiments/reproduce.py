@@ -17,7 +17,7 @@ seeded study's commands and numbers.
 
   # one run again from its seed (names as in results.md), into a fresh folder
   python experiments/reproduce.py --budget=study --output_dir=/tmp/check ... \
-    --only=realformer_L12_lr0.001_s2_n2500
+    --only=realformer_L12_lr0.003_s2_n6000
 
 Outputs in --output_dir: results.md (mean +- std over seeds per variant and depth, the
 sweep, attention statistics, a verdict per claim, every run), claims.json, results.json,
@@ -36,8 +36,8 @@ preset's value; realformer_tf/research/grid.py BUDGETS has them all):
          180 steps (18 warmup), lr 5e-4 and 2e-3, one seed: about 40 minutes on 2 cores;
          the very start of training only.
   study  hidden 64, 4 heads, intermediate 256, 4 and 12 layers, dropout 0, sequence
-         length 64, batch 32, 2,500 steps at lr 1e-3, seeds 1-3; sweep: 4 layers, 800
-         steps at lr 1e-3, 3e-3, 1e-2, 3e-2, seeds 1-2. 84 runs, about 95 minutes on 2
+         length 64, batch 32, 6,000 steps at lr 3e-3, seeds 1-3; sweep: 4 layers, 3,000
+         steps at lr 1e-3, 3e-3, 1e-2, 3e-2, seeds 1-2. 84 runs, about 4 hours on 2
          idle cores with 2 workers.
 Evaluation runs in this process with the library's pretraining task and training loop
 (run_pretraining.py's --do_eval would read the training --input_file), over exactly the
@@ -91,7 +91,7 @@ flags.DEFINE_integer("workers", 2, "Runs trained at once, each in its own proces
 flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A run's numbers are "
                      "reproducible for a fixed thread count; rerun a single run with the same value.")
 flags.DEFINE_list("only", None, "Train only these runs (names as in results.md, e.g. "
-                  "post_L4_lr0.001_s1_n2500), to reproduce them; writes no report.")
+                  "bert_L4_lr0.003_s1_n6000), to reproduce them; writes no report.")
 flags.DEFINE_string("worker", None, "Internal: 'k/n', this process is worker k of n.")
 # Overrides of the budget preset (None: the preset's value).
 flags.DEFINE_enum("model", None, ["tiny", "narrow", "mini", "small"], "Model size preset.")
