@@ -1,6 +1,7 @@
-"""Learning curves of this package's run_pretraining.py next to Hugging Face transformers'
-BertForPreTraining, on the same TFRecords, settings, initial weights and data order
-(realformer_tf/research/compare_pretraining.py says exactly what is shared). Writes
+"""Learning curves of this package's run_pretraining.py next to an independent
+implementation: Hugging Face transformers' BertForPreTraining (--variant=bert) or
+x-transformers' NormFormer (--variant=normformer), on the same TFRecords, settings and
+data order (realformer_tf/research/compare_pretraining.py says exactly what is shared). Writes
 compare_pretraining.json (resumable: finished runs are kept), compare_pretraining.md
 and compare_pretraining.png into --output_dir.
 
@@ -9,7 +10,12 @@ and compare_pretraining.png into --output_dir.
     --num_train_steps=6000 --num_warmup_steps=600 --learning_rate=3e-3 \
     --output_dir=experiments/results/compare_pretraining
 
-Needs torch and transformers (both in requirements-test.txt).
+  # NormFormer against x-transformers' encoder with its NormFormer options, 12 layers
+  python experiments/compare_pretraining.py --variant=normformer --num_hidden_layers=12 ... \
+    --output_dir=experiments/results/compare_normformer
+
+Needs torch and transformers, and x-transformers for --variant=normformer (all in
+requirements-test.txt).
 """
 
 import dataclasses
@@ -40,8 +46,13 @@ def define_flags(fv):
     flags.DEFINE_string("vocab_file", None, "The records' WordPiece vocab (sets vocab_size).", flag_values=fv)
     flags.DEFINE_string("output_dir", None, "Where the results, table, plot and runs go.", flag_values=fv)
     flags.DEFINE_list("seeds", ["1", "2", "3"], "Seeds: initial weights and data order.", flag_values=fv)
-    flags.DEFINE_list("sides", ["ours", "transformers"], "Which sides to run.", flag_values=fv)
+    flags.DEFINE_list("sides", None, "Which sides to run: ours and/or the variant's peer (default: both).",
+                      flag_values=fv)
     for name, default in _DEFAULTS.items():
+        if name == "variant":
+            flags.DEFINE_enum(name, default, list(cp.PEERS), "The model both sides train: bert (peer: "
+                              "transformers) or normformer (peer: x-transformers).", flag_values=fv)
+            continue
         define = flags.DEFINE_float if isinstance(default, float) else flags.DEFINE_integer
         define(name, default, f"Settings.{name} (default {default}).", flag_values=fv)
 
@@ -49,18 +60,28 @@ def define_flags(fv):
 def run(fv):
     from realformer_tf.data.vocab import check_vocab
 
+    if fv.threads:  # our side's TensorFlow threads (the peer's torch threads: Settings.threads)
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(fv.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(fv.threads)
+    for name in ("train_file", "eval_file"):
+        if not _matches(fv[name].value):
+            raise UsageError(f"--{name}={fv[name].value}: no file matches; give the pretraining TFRecords")
+
     try:
         seeds = [int(s) for s in fv.seeds]
     except ValueError:
         raise UsageError(f"--seeds={','.join(fv.seeds)}: expected comma-separated integers") from None
-    unknown = set(fv.sides) - set(cp.SIDES)
-    if unknown:
-        raise UsageError(f"--sides: {', '.join(sorted(unknown))} is not one of {', '.join(cp.SIDES)}")
     settings = cp.Settings(train_file=fv.train_file, eval_file=fv.eval_file,
                            vocab_size=len(check_vocab(fv.vocab_file)),
                            **{name: fv[name].value for name in _DEFAULTS})
+    unknown = set(fv.sides or ()) - set(settings.sides)
+    if unknown:
+        raise UsageError(f"--sides: {', '.join(sorted(unknown))} is not one of {', '.join(settings.sides)} "
+                         f"(the sides of --variant={settings.variant})")
     try:
-        results = cp.compare(settings, seeds, fv.output_dir, sides=tuple(fv.sides))
+        results = cp.compare(settings, seeds, fv.output_dir, sides=fv.sides)
     except ValueError as e:
         raise UsageError(str(e)) from None
     table = cp.report_markdown(results)
@@ -68,6 +89,12 @@ def run(fv):
         f.write(table)
     print(table)
     print(f"plot: {cp.plot(results, os.path.join(fv.output_dir, 'compare_pretraining.png'))}")
+
+
+def _matches(pattern):
+    import tensorflow as tf
+
+    return any(tf.io.gfile.glob(p) for p in pattern.split(","))
 
 
 def main(argv=None):

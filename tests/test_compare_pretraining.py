@@ -113,6 +113,11 @@ def test_the_program_runs_the_comparison_and_refuses_bad_flags(tmp_path):
                   num_warmup_steps=1, eval_every=2, eval_batch_size=4, max_eval_steps=2)
     bad = h.run_script("experiments/compare_pretraining.py", *h.flags(**common, seeds="one"))
     assert bad.returncode == 1 and bad.stderr.strip().splitlines()[-1].startswith("error: --seeds=one")
+    missing = h.run_script("experiments/compare_pretraining.py", *h.flags(**dict(common, eval_file="nowhere*")))
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines()[-1] == "error: --eval_file=nowhere*: no file matches; give the pretraining TFRecords"
+    wrong_side = h.run_script("experiments/compare_pretraining.py", *h.flags(**common, sides="x-transformers"))
+    assert wrong_side.returncode == 1 and "(the sides of --variant=bert)" in wrong_side.stderr
     done = h.run_script("experiments/compare_pretraining.py", *h.flags(**common, seeds="1"))
     assert done.returncode == 0, done.stderr[-2000:]
     table = (out / "compare_pretraining.md").read_text()
@@ -126,3 +131,65 @@ def test_a_difference_is_marked_only_outside_two_standard_errors_over_seeds():
     assert cp._difference(0.0100, 0.002, 3, 0.002, 3) == "+0.0100 (0.0033)*"
     assert cp._difference(-0.0030, 0.002, 3, 0.002, 3) == "-0.0030 (0.0033)"
     assert cp._difference(0.0030, float("nan"), 1, float("nan"), 1) == "+0.0030"  # one seed: no spread
+
+
+# -- the NormFormer peer: x-transformers ------------------------------------------------------
+
+def test_xtransformers_peer_has_normformers_blocks():
+    pytest.importorskip("x_transformers")
+    import torch
+    from realformer_tf.research import peer_xtransformers as px
+
+    model = px.xtransformers_normformer(vocab_size=50, hidden_size=24, num_layers=2, num_heads=2,
+                                        intermediate_size=48, max_seq_length=16)
+    stack = model.encoder.attn_layers
+    assert stack.layer_types == ("a", "f", "a", "f")
+    for layer_type, (norms, block, _) in zip(stack.layer_types, stack.layers):
+        assert norms[0] is not None  # Pre-LN before every sublayer
+        if layer_type == "a":  # NormFormer: a norm after attention and a scale per head
+            assert norms[1] is not None and block.head_scale_params.numel() == 2
+            assert block.to_q.out_features == 24  # heads x head size = width (12 each)
+        else:  # no norm after the feed-forward, one after its activation
+            assert isinstance(norms[1], torch.nn.Identity)
+            assert any(type(m).__name__ == "LayerNorm" and m.ln.normalized_shape == (48,)
+                       for m in block.modules() if hasattr(m, "ln"))
+    assert px.drop_feed_forward_post_norms(stack) == 0  # already dropped, attention norms kept
+    with pytest.raises(ValueError, match="intermediate_size=50 is not a multiple of hidden_size=24"):
+        px.xtransformers_normformer(50, 24, 1, 2, 50, 16)
+
+
+def test_xtransformers_peer_learns_a_batch_through_the_shared_loop(tmp_path):
+    pytest.importorskip("x_transformers")
+    from realformer_tf.research import peer_xtransformers as px
+
+    s = settings(tmp_path, variant="normformer", intermediate_size=48)
+    batch = cp.eval_batches(s)[0]
+    peer = px.PeerXNormFormer(s.peer_sizes(), 1, 1e-2, 60, 5)
+    names = dict(peer.params)
+    decayed = [n for n in names if not any(part in n for part in peer.no_decay)]
+    assert decayed and not any("gamma" in n or "head_scale" in n or n.endswith("bias") for n in decayed)
+    logits = peer.masked_lm_logits(batch)
+    assert logits.shape == batch["masked_lm_ids"].shape + (s.vocab_size,)
+    losses = [peer.train_step(batch) for _ in range(60)]
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    accuracy, _, _ = peer_bert.masked_lm_metrics(peer.masked_lm_logits(batch), batch["masked_lm_ids"],
+                                                 batch["masked_lm_weights"])
+    assert accuracy > 0.5
+
+
+@pytest.mark.slow
+def test_normformer_comparison_runs_ours_and_xtransformers(tmp_path):
+    pytest.importorskip("x_transformers")
+    s = settings(tmp_path, variant="normformer", num_train_steps=2, eval_every=2, intermediate_size=48)
+    assert s.sides == ("ours", "x-transformers") and s.bert_config().layer_norm_type == "normformer"
+    out = str(tmp_path / "out")
+    results = cp.compare(s, seeds=(1,), output_dir=out)
+    assert set(results["runs"]) == {"ours", "x-transformers"}
+    for run in results["runs"].values():
+        assert run["1"]["steps"] == [0, 2] and all(0 <= a <= 1 for a in run["1"]["accuracy"])
+    table = cp.report_markdown(results)
+    assert "| step | ours accuracy | x-transformers accuracy |" in table and "nan" not in table
+    with pytest.raises(ValueError, match="has a peer for bert, normformer"):
+        cp.Settings(**dict(vars(s), variant="pre_ln"))
+    with pytest.raises(ValueError, match="intermediate_size=40 is not a multiple of hidden_size=24"):
+        cp.Settings(**dict(vars(s), intermediate_size=40))  # refused before anything trains

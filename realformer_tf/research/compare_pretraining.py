@@ -1,12 +1,16 @@
-"""Learning curves of this package's `run_pretraining.py` next to Hugging Face
-`transformers`' `BertForPreTraining` (`research.peer_bert`), trained on the same
-TFRecords with the same settings, initial weights and data order, and evaluated on the
-same held-out records at the same steps through the same NumPy code.
+"""Learning curves of this package's `run_pretraining.py` next to an independent
+implementation (the peer), trained on the same TFRecords with the same settings and
+data order, and evaluated on the same held-out records at the same steps through the
+same NumPy code. Each seed sets the initial weights and the data order (the package's
+own input pipeline, which the peer reads as NumPy batches).
 
-Both sides train vanilla post-LN BERT (the model stock transformers computes), with
-dropout as the settings give it. Each seed sets the initial weights (one
-original-named checkpoint, written as a Hugging Face folder too) and the data order
-(the package's own input pipeline, which the peer reads as NumPy batches).
+The peer depends on `Settings.variant`:
+
+- "bert" (vanilla post-LN BERT): Hugging Face `transformers`' `BertForPreTraining`
+  (`research.peer_bert`), from the very same initial weights (one original-named
+  checkpoint, written as a Hugging Face folder too);
+- "normformer": x-transformers' encoder with its NormFormer options
+  (`research.peer_xtransformers`), from its own initialization under the same seed.
 
     results = compare(settings, seeds=(1, 2, 3), output_dir="experiments/results/compare")
     print(report_markdown(results))
@@ -22,7 +26,9 @@ import numpy as np
 from realformer_tf.fileio import atomic_output
 from realformer_tf.research import peer_bert
 
-SIDES = ("ours", "transformers")
+# The peer of each variant the comparison supports.
+PEERS = {"bert": "transformers", "normformer": "x-transformers"}
+SIDES = ("ours", "transformers")  # the sides of the default variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,15 +55,38 @@ class Settings:
     eval_batch_size: int = 64
     max_eval_steps: int = 20
     threads: int = 0  # 0: each library's default
+    variant: str = "bert"  # a key of PEERS
+
+    def __post_init__(self):
+        if self.variant not in PEERS:
+            raise ValueError(f"variant {self.variant!r}: the comparison has a peer for {', '.join(PEERS)}")
+        if self.variant == "normformer":  # refused here, before either side trains
+            from realformer_tf.research import peer_xtransformers
+
+            peer_xtransformers.check_sizes(self.hidden_size, self.intermediate_size)
+
+    @property
+    def peer(self):
+        return PEERS[self.variant]
+
+    @property
+    def sides(self):
+        return ("ours", self.peer)
 
     def bert_config(self):
-        from realformer_tf.models.bert.config import BertConfig
+        from realformer_tf.models import variants
 
-        return BertConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads, intermediate_size=self.intermediate_size,
-            hidden_dropout_prob=self.dropout, attention_probs_dropout_prob=self.dropout,
-            max_position_embeddings=max(self.max_seq_length, 64), type_vocab_size=2, residual_attention=False)
+        return variants.variant_config(
+            self.variant, vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size, hidden_dropout_prob=self.dropout,
+            attention_probs_dropout_prob=self.dropout, max_position_embeddings=max(self.max_seq_length, 64),
+            type_vocab_size=2)
+
+    def peer_sizes(self):
+        return dict(vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_layers=self.num_hidden_layers,
+                    num_heads=self.num_attention_heads, intermediate_size=self.intermediate_size,
+                    max_seq_length=self.max_seq_length)
 
     def eval_steps(self):
         return list(range(0, self.num_train_steps + 1, self.eval_every))
@@ -65,8 +94,9 @@ class Settings:
 
 # -- what both sides share -----------------------------------------------------------------
 def initial_weights(settings, seed, work_dir):
-    """The seed's initial pretraining model, as an original-named checkpoint (ours) and
-    a Hugging Face folder (the peer's). Returns (checkpoint prefix, folder)."""
+    """The seed's initial pretraining model, as an original-named checkpoint (ours) and,
+    for vanilla BERT, a Hugging Face folder (the peer's). Returns (checkpoint prefix,
+    folder or None)."""
     from realformer_tf.checkpoints import bert as bert_checkpoint
     from realformer_tf.checkpoints import hf
     from realformer_tf.models.bert.model import BertPretrainingModel
@@ -76,7 +106,8 @@ def initial_weights(settings, seed, work_dir):
         model = BertPretrainingModel(settings.bert_config())
         bert_checkpoint.bert_variables(model)  # builds the weights from the seed
     prefix = bert_checkpoint.save_bert_checkpoint(model, os.path.join(work_dir, "init", "bert_model.ckpt"))
-    folder = hf.save_hf_folder(model, os.path.join(work_dir, "init_hf"))
+    # Only transformers' peer starts from these weights (x-transformers has its own layout).
+    folder = hf.save_hf_folder(model, os.path.join(work_dir, "init_hf")) if settings.variant == "bert" else None
     return prefix, folder
 
 
@@ -155,18 +186,29 @@ def _our_logits_fn(settings, prefix):
     return lambda batch: model({k: batch[k] for k in keys}, training=False)["masked_lm_logits"].numpy()
 
 
+def make_peer(settings, seed, folder):
+    """The variant's peer, before training: transformers from the Hugging Face `folder`
+    of the shared initial weights, or x-transformers from its own under `seed`."""
+    recipe = (settings.learning_rate, settings.num_train_steps, settings.num_warmup_steps, settings.weight_decay)
+    threads = settings.threads or None
+    if settings.variant == "bert":
+        return peer_bert.PeerBert(folder, *recipe, threads=threads)
+    from realformer_tf.research import peer_xtransformers
+
+    return peer_xtransformers.PeerXNormFormer(settings.peer_sizes(), seed, *recipe, threads=threads)
+
+
 def run_peer(settings, seed, folder, batches, log=print):
-    """Trains transformers' BertForPreTraining on the same batches in the same order;
-    returns ({step: (accuracy, loss)}, the trained PeerBert)."""
-    peer = peer_bert.PeerBert(folder, settings.learning_rate, settings.num_train_steps, settings.num_warmup_steps,
-                              settings.weight_decay, threads=settings.threads or None)
+    """Trains the peer on the same batches in the same order; returns
+    ({step: (accuracy, loss)}, the trained peer)."""
+    peer = make_peer(settings, seed, folder)
     steps = set(settings.eval_steps())
     curve = {}
     data = train_batches(settings, seed)
     for step in range(settings.num_train_steps + 1):
         if step in steps:
             curve[step] = evaluate(peer.masked_lm_logits, batches)
-            log(f"  transformers seed {seed} step {step}: masked LM accuracy {curve[step][0]:.4f}, "
+            log(f"  {settings.peer} seed {seed} step {step}: masked LM accuracy {curve[step][0]:.4f}, "
                 f"loss {curve[step][1]:.4f}")
         if step < settings.num_train_steps:
             peer.train_step(next(data))
@@ -174,10 +216,13 @@ def run_peer(settings, seed, folder, batches, log=print):
 
 
 # -- the comparison, resumable -------------------------------------------------------------
-def compare(settings, seeds, output_dir, sides=SIDES, log=print):
+def compare(settings, seeds, output_dir, sides=None, log=print):
     """Runs every (side, seed) not yet in `output_dir/compare_pretraining.json` (each is
-    saved as it finishes, so a stopped comparison resumes) and returns the results."""
+    saved as it finishes, so a stopped comparison resumes) and returns the results.
+    `sides`: a subset of `settings.sides` (default: both)."""
     from realformer_tf.research.study_stats import plateau_baselines
+
+    sides = settings.sides if sides is None else tuple(sides)
 
     path = os.path.join(output_dir, "compare_pretraining.json")
     results = _load(path, settings)
@@ -211,7 +256,7 @@ def _load(path, settings):
     if os.path.exists(path):
         with open(path) as f:
             results = json.load(f)
-        if results.get("settings") == settings_dict:
+        if {"variant": "bert", **results.get("settings", {})} == settings_dict:  # files from before `variant`
             return results
         raise ValueError(f"{path} holds a comparison with other settings; give another --output_dir "
                          "or remove it")
@@ -225,6 +270,11 @@ def _save(path, results):
 
 
 # -- the report ----------------------------------------------------------------------------
+def peer_of(results):
+    """The peer's side name in `results` (files from before `variant` are BERT's)."""
+    return PEERS[results["settings"].get("variant", "bert")]
+
+
 def curves(results, side, metric):
     """(steps, [seeds x steps] array) of one side's metric."""
     runs = results["runs"].get(side, {})
@@ -252,20 +302,21 @@ def _difference(difference, sd_ours, n_ours, sd_peer, n_peer):
 
 def report_markdown(results):
     """The table: per evaluated step, each side's mean ± sd over seeds of held-out
-    masked-LM accuracy and loss, and ours minus transformers with twice its standard
-    error over seeds (Welch's: a difference inside it is within the seed spread)."""
+    masked-LM accuracy and loss, and ours minus the peer with twice its standard error
+    over seeds (Welch's: a difference inside it is within the seed spread)."""
     base = results["baselines"]
-    counts = ", ".join(f"{side}: {len(results['runs'].get(side, {}))}" for side in SIDES)
+    peer = peer_of(results)
+    counts = ", ".join(f"{side}: {len(results['runs'].get(side, {}))}" for side in ("ours", peer))
     lines = [f"Held-out masked-LM accuracy / loss, mean ± sd over seeds ({counts} seeds). "
              f"Context-free baselines: unigram {base['unigram']:.3f}, copy + unigram {base['copy_unigram']:.3f}.",
-             "A difference is ours minus transformers, with 2 standard errors over seeds in brackets; "
+             f"A difference is ours minus {peer}, with 2 standard errors over seeds in brackets; "
              "`*` marks one outside them.",
-             "", "| step | ours accuracy | transformers accuracy | difference | ours loss | transformers loss "
+             "", f"| step | ours accuracy | {peer} accuracy | difference | ours loss | {peer} loss "
              "| difference |", "|---|---|---|---|---|---|---|"]
     steps, ours_acc = curves(results, "ours", "accuracy")
-    _, peer_acc = curves(results, "transformers", "accuracy")
+    _, peer_acc = curves(results, peer, "accuracy")
     _, ours_loss = curves(results, "ours", "loss")
-    _, peer_loss = curves(results, "transformers", "loss")
+    _, peer_loss = curves(results, peer, "loss")
     if not ours_acc.size or not peer_acc.size:
         return "\n".join(lines[:1] + ["", "(both sides are needed for the table)"])
     for i, step in enumerate(steps):
@@ -286,7 +337,7 @@ def plot(results, path):
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric in zip(axes, ("accuracy", "loss")):
-        for side, color in zip(SIDES, ("tab:blue", "tab:orange")):
+        for side, color in zip(("ours", peer_of(results)), ("tab:blue", "tab:orange")):
             steps, values = curves(results, side, metric)
             if values.size:
                 ax.plot(steps, values.mean(0), color=color, label=side)

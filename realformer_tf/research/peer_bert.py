@@ -47,29 +47,29 @@ def masked_lm_metrics(logits, ids, weights):
     return float((correct * weights).sum() / total), float((nll * weights).sum() / total), total
 
 
-class PeerBert:
-    """A transformers `BertForPreTraining` loaded from a Hugging Face folder, and the
-    optimizer state of the loop above.
+class TorchPretrainer:
+    """The loop above around a PyTorch pretraining model: subclasses give `model` and
+    `_outputs(batch)` -> (masked-LM logits [B, P, V], next-sentence logits [B, 2]).
 
     Args:
-        folder: a folder `checkpoints.hf.save_hf_folder` wrote from this package's
-            pretraining model (vanilla post-LN BERT), so both sides start from the same
-            weights.
+        model: a `torch.nn.Module`.
         peak_learning_rate, num_train_steps, num_warmup_steps: BERT's schedule.
-        weight_decay: decoupled decay (not on LayerNorm / biases).
+        weight_decay: decoupled decay (not on parameters whose name contains one of
+            `no_decay`: LayerNorm weights and biases).
         clip_norm: global gradient norm bound (0: none).
         threads: torch's intra-op threads (None: torch's default).
     """
 
-    def __init__(self, folder, peak_learning_rate, num_train_steps, num_warmup_steps, weight_decay=0.01,
+    no_decay = _NO_DECAY
+
+    def __init__(self, model, peak_learning_rate, num_train_steps, num_warmup_steps, weight_decay=0.01,
                  clip_norm=1.0, threads=None):
         import torch
-        import transformers
 
         if threads:
             torch.set_num_threads(threads)
         self.torch = torch
-        self.model = transformers.BertForPreTraining.from_pretrained(folder)
+        self.model = model
         self.schedule = (peak_learning_rate, num_train_steps, num_warmup_steps)
         self.weight_decay, self.clip_norm = weight_decay, clip_norm
         self.step = 0
@@ -77,15 +77,7 @@ class PeerBert:
         self.slots = {name: (torch.zeros_like(p), torch.zeros_like(p)) for name, p in self.params}
 
     def _outputs(self, batch):
-        """(masked-LM logits [B, P, V], next-sentence logits [B, 2]) of a batch."""
-        torch = self.torch
-        out = self.model.bert(input_ids=torch.as_tensor(batch["input_ids"], dtype=torch.long),
-                              attention_mask=torch.as_tensor(batch["input_mask"], dtype=torch.long),
-                              token_type_ids=torch.as_tensor(batch["segment_ids"], dtype=torch.long))
-        positions = torch.as_tensor(batch["masked_lm_positions"], dtype=torch.long)
-        gathered = torch.gather(out.last_hidden_state, 1,
-                                positions[..., None].expand(-1, -1, out.last_hidden_state.shape[-1]))
-        return self.model.cls.predictions(gathered), self.model.cls.seq_relationship(out.pooler_output)
+        raise NotImplementedError
 
     def _loss(self, batch):
         torch = self.torch
@@ -118,7 +110,7 @@ class PeerBert:
 
     def _adamw(self, name, p, g, lr, beta_1=0.9, beta_2=0.999, epsilon=1e-6):
         """Keras' AdamW update of one parameter."""
-        if self.weight_decay and not any(part in name for part in _NO_DECAY):
+        if self.weight_decay and not any(part in name for part in self.no_decay):
             p.sub_(p * (lr * self.weight_decay))
         m, v = self.slots[name]
         m.add_((g - m) * (1 - beta_1))
@@ -136,3 +128,31 @@ class PeerBert:
     def named_weights(self):
         """{Hugging Face name: NumPy array} of the current weights."""
         return {name: p.detach().numpy().copy() for name, p in self.model.state_dict().items()}
+
+
+class PeerBert(TorchPretrainer):
+    """A transformers `BertForPreTraining` loaded from a Hugging Face folder, trained by
+    the loop above.
+
+    Args:
+        folder: a folder `checkpoints.hf.save_hf_folder` wrote from this package's
+            pretraining model (vanilla post-LN BERT), so both sides start from the same
+            weights.
+        The other arguments are `TorchPretrainer`'s.
+    """
+
+    def __init__(self, folder, *args, **kwargs):
+        import transformers
+
+        super().__init__(transformers.BertForPreTraining.from_pretrained(folder), *args, **kwargs)
+
+    def _outputs(self, batch):
+        """(masked-LM logits [B, P, V], next-sentence logits [B, 2]) of a batch."""
+        torch = self.torch
+        out = self.model.bert(input_ids=torch.as_tensor(batch["input_ids"], dtype=torch.long),
+                              attention_mask=torch.as_tensor(batch["input_mask"], dtype=torch.long),
+                              token_type_ids=torch.as_tensor(batch["segment_ids"], dtype=torch.long))
+        positions = torch.as_tensor(batch["masked_lm_positions"], dtype=torch.long)
+        gathered = torch.gather(out.last_hidden_state, 1,
+                                positions[..., None].expand(-1, -1, out.last_hidden_state.shape[-1]))
+        return self.model.cls.predictions(gathered), self.model.cls.seq_relationship(out.pooler_output)
