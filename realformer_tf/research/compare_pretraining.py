@@ -28,7 +28,6 @@ from realformer_tf.research import peer_bert
 
 # The peer of each variant the comparison supports.
 PEERS = {"bert": "transformers", "normformer": "x-transformers"}
-SIDES = ("ours", "transformers")  # the sides of the default variant
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,9 +13,11 @@ a difference in the models or the job, not in the recipe:
   biases. (google-research/bert's optimizer has no bias correction; this package
   follows Keras, see docs/pretraining.md.)
 
-The batches are given as NumPy dicts in this package's feature layout, so both sides
-read the very same records in the same order. torch and transformers are imported
-only here (pip install torch transformers).
+The loop is `TorchPretrainer`; `PeerBert` runs it on transformers' model, and
+`research.peer_xtransformers` on x-transformers' NormFormer. The batches are given as
+NumPy dicts in this package's feature layout, so both sides read the very same records
+in the same order. torch and transformers are imported only here (pip install torch
+transformers).
 """
 
 import math
