@@ -111,7 +111,6 @@ def tf_chain(kernels, projection):
 
 def onnx_chain(kernels, tokens):
     """The chain as a serialized ONNX model with one input `x` [1, tokens, 768]."""
-    import onnx  # noqa: F401  (helper needs the package)
     from onnx import TensorProto, helper, numpy_helper
 
     initializers, nodes = [], []

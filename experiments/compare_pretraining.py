@@ -58,6 +58,7 @@ def define_flags(fv):
 
 
 def run(fv):
+    from realformer_tf.data.records import InputError, expand_input_files
     from realformer_tf.data.vocab import check_vocab
 
     if fv.threads:  # our side's TensorFlow threads (the peer's torch threads: Settings.threads)
@@ -66,8 +67,10 @@ def run(fv):
         tf.config.threading.set_intra_op_parallelism_threads(fv.threads)
         tf.config.threading.set_inter_op_parallelism_threads(fv.threads)
     for name in ("train_file", "eval_file"):
-        if not _matches(fv[name].value):
-            raise UsageError(f"--{name}={fv[name].value}: no file matches; give the pretraining TFRecords")
+        try:
+            expand_input_files(fv[name].value, flag_name=name)
+        except InputError:
+            raise UsageError(f"--{name}={fv[name].value}: no file matches; give the pretraining TFRecords") from None
 
     try:
         seeds = [int(s) for s in fv.seeds]
@@ -89,12 +92,6 @@ def run(fv):
         f.write(table)
     print(table)
     print(f"plot: {cp.plot(results, os.path.join(fv.output_dir, 'compare_pretraining.png'))}")
-
-
-def _matches(pattern):
-    import tensorflow as tf
-
-    return any(tf.io.gfile.glob(p) for p in pattern.split(","))
 
 
 def main(argv=None):

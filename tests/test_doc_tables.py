@@ -1,8 +1,10 @@
 """tools/render_doc_tables.py: docs' benchmark tables equal the results files' tables."""
 
+import contextlib
+import importlib.util
+import io
 import pathlib
-import subprocess
-import sys
+import types
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "render_doc_tables.py"
@@ -34,9 +36,22 @@ after
 """
 
 
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("render_doc_tables", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render_doc_tables = _load_tool()
+
+
 def _run(*args):
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True,
-                          text=True, timeout=60)
+    """The tool's main(argv) in this process, with its exit status and output."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = render_doc_tables.main(list(args))
+    return types.SimpleNamespace(returncode=status, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def _fake_repo(tmp_path, doc=DOC):

@@ -11,7 +11,7 @@ a difference in the models or the job, not in the recipe:
 - AdamW as Keras applies it (bias-corrected step size, epsilon outside the square root,
   decay `w -= lr * weight_decay * w` first), with no decay on LayerNorm weights and
   biases. (google-research/bert's optimizer has no bias correction; this package
-  follows Keras, see docs/pretraining.md.)
+  follows Keras, see the `--optimizer` row of docs/jobs.md.)
 
 The loop is `TorchPretrainer`; `PeerBert` runs it on transformers' model, and
 `research.peer_xtransformers` on x-transformers' NormFormer. The batches are given as
