@@ -25,8 +25,12 @@ depth.png, sweep.png, learning_curves.png, entropy.png, jsd.png (+ per-head plot
 attention_summary.json, study.json (the grid, read by the workers), and one
 run_pretraining.py output_dir per run (<variant>_L<layers>_lr<lr>_s<seed>_n<steps>/:
 checkpoints, bert_model.ckpt, eval_results.txt, summaries/, the run's log
-reproduce.log). The runs are shared by --workers processes; rerunning the same command
-reuses finished runs and resumes interrupted ones from their checkpoints.
+reproduce.log; analyzed runs also attention_summary.json and attention_points.npz). The
+runs are shared by --workers processes; rerunning the same command reuses finished runs
+and resumes interrupted ones from their checkpoints. With --archive_dir, each finished
+run's small files are also kept there and restored from there, so a study continues
+on another machine (the repository's study keeps its runs in
+experiments/results/study_runs/).
 
 Budgets (--budget; single flags such as --num_train_steps or --seeds override a
 preset's value; realformer_tf/research/grid.py BUDGETS has them all):
@@ -86,6 +90,10 @@ flags.DEFINE_bool("do_lower_case", True, "For --text_file.")
 flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data.py's dupe_factor for the training text.")
 flags.DEFINE_integer("vocab_size", 30522, "Model vocab size when no --vocab_file is given.")
 flags.DEFINE_bool("analysis", True, "Run the attention analysis over the trained checkpoints.")
+flags.DEFINE_string("archive_dir", None, "Also keep each finished run's small files (results, timing, "
+                    "learning curves, attention statistics; no checkpoints) in ARCHIVE_DIR/<run name>/, "
+                    "and restore the runs kept there into --output_dir first: the study continues "
+                    "on another machine, or after --output_dir is lost, without training them again.")
 flags.DEFINE_integer("workers", 2, "Runs trained at once, each in its own process (one per CPU core "
                      "is fastest for small models).")
 flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A run's numbers are "
@@ -267,6 +275,37 @@ def _selected(repro):
     return [by_name[name] for name in FLAGS.only]
 
 
+def _keep_finished(repro, archive_dir):
+    """The hook run after each finished run: its attention statistics (analyzed runs,
+    while the checkpoint is there), then its copy in the archive."""
+    from realformer_tf.research import run_archive, study_figures
+
+    def keep(result):
+        if study_figures.is_analyzed(repro, result):
+            study_figures.run_attention(repro, result.run, log_fn=repro.log)
+        if archive_dir:
+            run_archive.save(repro.run_dir(result.run), os.path.join(archive_dir, result.run.name))
+
+    return keep
+
+
+def _sync_archive(repro, archive_dir):
+    """Restores the archived runs --output_dir lacks, then keeps every finished run
+    (statistics, archive copy), so runs finished before the archive was given are in it."""
+    from realformer_tf.research import run_archive
+
+    keep = _keep_finished(repro, archive_dir)
+    restored = 0
+    for run in repro.plan():
+        if archive_dir and run_archive.restore(os.path.join(archive_dir, run.name), repro.run_dir(run)):
+            restored += 1
+        found = repro.existing(run)
+        if found and found.status != "failed":
+            keep(found)
+    if archive_dir:
+        print(f"Archive {archive_dir}: {restored} finished run(s) restored into {repro.output_dir}", flush=True)
+
+
 def _worker_main():
     """One worker: trains its share of the selected runs, single file of output."""
     import tensorflow as tf
@@ -277,6 +316,7 @@ def _worker_main():
         state = json.load(f)
     worker, workers = (int(x) for x in FLAGS.worker.split("/"))
     repro = _reproduction(state)
+    repro.on_finished = _keep_finished(repro, state.get("archive_dir"))
     results = repro.run_all(grid.share_of(_selected(repro), worker, workers))
     failed = [r.name for r in results if r.status == "failed"]
     if failed:
@@ -354,11 +394,15 @@ def main(argv):
     tf.io.gfile.makedirs(FLAGS.output_dir)
     train_file, eval_file, data_note = _check_inputs(budget, FLAGS.output_dir)
     vocab_size = study_files.count_vocab(FLAGS.vocab_file) if FLAGS.vocab_file else FLAGS.vocab_size
+    archive_dir = os.path.abspath(FLAGS.archive_dir) if FLAGS.archive_dir and "://" not in FLAGS.archive_dir \
+        else FLAGS.archive_dir
     state = dict(output_dir=FLAGS.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
-                 train_file=train_file, eval_file=eval_file, vocab_size=vocab_size, data_note=data_note)
+                 train_file=train_file, eval_file=eval_file, vocab_size=vocab_size, data_note=data_note,
+                 archive_dir=archive_dir)
     with tf.io.gfile.GFile(_state_path(FLAGS.output_dir), "w") as f:
         json.dump(state, f, indent=2)
     repro = _reproduction(state)
+    _sync_archive(repro, archive_dir)
     runs = _selected(repro)
     workers = min(FLAGS.workers, len(runs))
     print(f"Study: {len(runs)} run{'s' if len(runs) != 1 else ''} ({len(variants)} variants, depths {budget.layer_counts}, seeds "

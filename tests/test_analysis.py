@@ -16,7 +16,7 @@ from realformer_tf import modeling
 from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.errors import UsageError
 from realformer_tf.research import analysis, attention_plots, attention_stats
-from realformer_tf.research import experiments, grid, study_files, study_report, study_stats
+from realformer_tf.research import experiments, grid, run_archive, study_files, study_report, study_stats
 
 PNG_HEADER = b"\x89PNG\r\n\x1a\n"
 
@@ -193,6 +193,57 @@ def test_summarize_is_json_and_exact():
     head = summary["jsd"]["per_head"][0][3]
     assert head["head"] == 3 and head["q3"] == pytest.approx(float(np.percentile(stats.jsd[0, 3], 75)), rel=1e-6)
     assert len(summary["jsd"]["per_layer"]) == 2
+
+
+def test_attention_summary_means_every_token():
+    stats = _fake_stats("a", layers=3, heads=4, tokens=37)
+    entropy, jsd = study_stats.attention_summary(json.loads(json.dumps(attention_stats.summarize(stats))))
+    assert entropy == pytest.approx(float(np.mean(stats.entropy, dtype=np.float64)), rel=1e-6)
+    assert jsd == pytest.approx(float(np.mean(stats.jsd, dtype=np.float64)), rel=1e-6)
+    one_layer = attention_stats.summarize(_fake_stats("b", layers=1))
+    assert math.isnan(study_stats.attention_summary(one_layer)[1])
+
+
+def test_kept_points_are_a_sample_of_the_same_tokens_in_every_layer(tmp_path):
+    stats = _fake_stats("RealFormer", layers=3, heads=2, tokens=501)
+    stats.entropy[:, :, :] = np.arange(501, dtype=np.float32)  # a token's value names the token
+    stats.jsd[:, :, :] = np.arange(501, dtype=np.float32) / 1000
+    path = attention_stats.save_points(str(tmp_path / "points.npz"), stats, max_tokens=40)
+    back = attention_stats.load_points(path)
+    assert back.entropy.shape == (3, 2, 40) and back.jsd.shape == (2, 2, 40)
+    assert back.entropy.dtype == np.float32
+    tokens = back.entropy[0, 0]
+    assert len(set(tokens.tolist())) == 40 and np.all(np.diff(tokens) > 0)  # distinct, in order
+    np.testing.assert_array_equal(back.entropy, np.broadcast_to(tokens, back.entropy.shape))
+    np.testing.assert_allclose(back.jsd, np.broadcast_to(tokens / 1000, back.jsd.shape), rtol=1e-3)
+    assert (back.label, back.description, back.num_examples) == ("RealFormer", "RealFormer model", 10)
+    assert attention_stats.thin(stats, 1000) is stats  # fewer tokens than asked: unchanged
+    with pytest.raises(ValueError, match="max_tokens must be positive, got 0"):
+        attention_stats.thin(stats, 0)
+
+
+def test_run_archive_keeps_the_small_files_and_restores_them(tmp_path):
+    run_dir, archived = tmp_path / "out" / "bert_L1", tmp_path / "archive" / "bert_L1"
+    (run_dir / "summaries" / "train").mkdir(parents=True)
+    (run_dir / "summaries" / "train" / "events.out").write_bytes(b"curve")
+    (run_dir / "timing.json").write_text('{"train_seconds": 3.0}')
+    (run_dir / "ckpt-5.data-00000-of-00001").write_bytes(b"weights")
+    assert run_archive.save(str(run_dir), str(archived)) == []  # not finished: nothing kept
+    (run_dir / "eval_results.txt").write_text("global_step = 5\n")
+    copied = run_archive.save(str(run_dir), str(archived))
+    assert copied[-1] == "eval_results.txt"  # the finished mark last
+    assert sorted(copied) == ["eval_results.txt", os.path.join("summaries", "train", "events.out"), "timing.json"]
+    assert not (archived / "ckpt-5.data-00000-of-00001").exists()
+    assert not list(archived.rglob("*.partial"))
+
+    fresh = tmp_path / "elsewhere" / "bert_L1"
+    (fresh / "summaries" / "train").mkdir(parents=True)
+    (fresh / "summaries" / "train" / "events.unfinished").write_bytes(b"half a curve")
+    assert len(run_archive.restore(str(archived), str(fresh))) == 3
+    assert (fresh / "eval_results.txt").read_text() == "global_step = 5\n"
+    assert [p.name for p in (fresh / "summaries" / "train").iterdir()] == ["events.out"]
+    assert run_archive.restore(str(archived), str(fresh)) == []  # already there
+    assert run_archive.restore(str(tmp_path / "archive" / "none"), str(tmp_path / "x")) == []
 
 
 def test_plots_are_written(tmp_path):
@@ -409,9 +460,23 @@ def test_reproduce_toy_end_to_end(tmp_path):
     assert not (tmp_path / "again" / "results.md").exists()
 
     # A rerun reuses every finished (or diverged) run; a wrong --only name is one clear error.
-    again = h.run_script("experiments/reproduce.py", *args, "--noanalysis", "--workers=1")
+    archive = tmp_path / "archive"
+    again = h.run_script("experiments/reproduce.py", *args, "--noanalysis", "--workers=1",
+                         f"--archive_dir={archive}")
     _check(again, "reproduce.py rerun")
     assert again.stdout.count("reusing the finished run") == 10
+    assert "0 finished run(s) restored" in again.stdout
+
+    # The archive (no checkpoints) brings the study to a new output_dir: nothing trains
+    # again, and the report, attention section included, is the same.
+    assert not list(archive.rglob("*.index")) and len(list(archive.glob("*/eval_results.txt"))) == 8
+    moved = [a for a in args if not a.startswith("--output_dir=")] + [f"--output_dir={tmp_path / 'moved'}"]
+    restored = h.run_script("experiments/reproduce.py", *moved, "--workers=1", f"--archive_dir={archive}")
+    _check(restored, "reproduce.py from the archive")
+    assert "10 finished run(s) restored" in restored.stdout
+    assert restored.stdout.count("reusing the finished run") == 10 and "training " not in restored.stdout
+    assert (tmp_path / "moved" / "results.md").read_text() == report.replace(str(out), str(tmp_path / "moved"))
+    assert json.load(open(tmp_path / "moved" / "claims.json")) == claims
     wrong = h.run_script("experiments/reproduce.py", *args, "--only=bert_L9_lr1_s1_n5")
     assert wrong.returncode == 1 and "is not a run of this grid" in wrong.stderr
 

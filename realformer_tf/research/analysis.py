@@ -123,9 +123,16 @@ def analyze_checkpoints(checkpoints, labels, config_files, dataset_fn, num_examp
         all_stats.append(stats)
         log_fn(f"[{i + 1}/{len(checkpoints)}] {label}: {stats.description}; {prefix}; "
                f"{stats.num_examples} examples, {stats.num_tokens} tokens ({time.time() - start:.0f}s)")
+    write_analysis(all_stats, [summarize(s) for s in all_stats], output_dir, per_head_plots, log_fn)
+    return all_stats
+
+
+def write_analysis(all_stats, summaries, output_dir, per_head_plots=True, log_fn=print):
+    """Writes attention_summary.json (`summaries`, one per model) and the plots of
+    `all_stats` (AttentionStatistics, one per model) to `output_dir`."""
+    tf.io.gfile.makedirs(output_dir)
     written = {
-        "summary": write_summary(os.path.join(output_dir, "attention_summary.json"),
-                                 [summarize(s) for s in all_stats]),
+        "summary": write_summary(os.path.join(output_dir, "attention_summary.json"), summaries),
         "entropy": plot_entropy(all_stats, os.path.join(output_dir, "entropy.png")),
         "jsd": plot_jsd(all_stats, os.path.join(output_dir, "jsd.png")),
     }
@@ -135,4 +142,4 @@ def analyze_checkpoints(checkpoints, labels, config_files, dataset_fn, num_examp
         written["jsd_heads"] = plot_jsd(all_stats, os.path.join(output_dir, "jsd_heads.png"), per_head=True)
     for path in written.values():
         log_fn(f"wrote {path}")
-    return all_stats
+    return written

@@ -5,6 +5,7 @@ held-out examples.
 
     stats = attention_stats.collect_statistics(model, dataset, num_examples=8192, label="RealFormer")
     summary = attention_stats.summarize(stats)                # JSON-able
+    attention_stats.save_points("run/attention_points.npz", stats)  # a sample, for plots
 
 The plots are in `realformer_tf.research.attention_plots`; loading checkpoints and
 inputs, and the whole analysis of several checkpoints, in `realformer_tf.research.analysis`.
@@ -22,6 +23,7 @@ Conventions:
 """
 
 import dataclasses
+import io
 import json
 
 import numpy as np
@@ -259,3 +261,39 @@ def write_summary(path, summaries):
     with tf.io.gfile.GFile(path, "w") as f:
         json.dump({"checkpoints": list(summaries)}, f, indent=2)
     return path
+
+
+# -- a run's statistics kept on disk ---------------------------------------------------------
+
+def thin(stats, max_tokens, seed=0):
+    """`stats` with at most `max_tokens` query tokens, the same ones in every layer and head
+    (drawn at random with `seed`, kept in their order): enough points for the plots."""
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+    if stats.num_tokens <= max_tokens:
+        return stats
+    keep = np.sort(np.random.default_rng(seed).choice(stats.num_tokens, max_tokens, replace=False))
+    return dataclasses.replace(stats, entropy=stats.entropy[..., keep], jsd=stats.jsd[..., keep])
+
+
+def save_points(path, stats, max_tokens=2000):
+    """Writes `thin(stats, max_tokens)` to `path` (compressed .npz, values in float16),
+    for the plots. Exact numbers come from `summarize(stats)`, kept beside it."""
+    small = thin(stats, max_tokens)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, entropy=small.entropy.astype(np.float16), jsd=small.jsd.astype(np.float16),
+                        meta=np.array(json.dumps({"num_examples": int(stats.num_examples), "label": stats.label,
+                                                  "description": stats.description,
+                                                  "entropy_unit": stats.entropy_unit})))
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(buffer.getvalue())
+    return path
+
+
+def load_points(path):
+    """The AttentionStatistics `save_points` wrote (float32 again)."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data = np.load(io.BytesIO(f.read()))
+        meta = json.loads(str(data["meta"]))
+        return AttentionStatistics(entropy=data["entropy"].astype(np.float32),
+                                   jsd=data["jsd"].astype(np.float32), **meta)

@@ -116,7 +116,7 @@ class Reproduction:
     """Trains the runs of a `Budget`'s grid into `output_dir`, each resumable on its own."""
 
     def __init__(self, output_dir, variants, budget, train_file, eval_file, vocab_size,
-                 probe_variants=None, log_fn=print):
+                 probe_variants=None, log_fn=print, on_finished=None):
         self.output_dir = output_dir
         self.variants = canonical_names(variants)  # a study.json may hold old names
         self.probe_variants = list(self.variants if probe_variants is None else
@@ -126,6 +126,7 @@ class Reproduction:
         self.eval_file = eval_file
         self.vocab_size = vocab_size
         self.log = log_fn
+        self.on_finished = on_finished  # called with each RunResult trained or evaluated here
         self.started = None
         self.done_cost = 0          # compute of the runs trained (not reused) in this session
         self.session_seconds = 0.0
@@ -280,6 +281,8 @@ class Reproduction:
             r = result.results
             self.log(f"{tag} done: held-out MLM accuracy {r.get('masked_lm_accuracy', float('nan')):.4f}, "
                      f"MLM loss {r.get('masked_lm_loss', float('nan')):.4f} ({format_seconds(time.time() - start)})")
+        if self.on_finished and result.status != "failed":
+            self.on_finished(result)
         return result
 
     def run_all(self, runs=None):

@@ -3,6 +3,7 @@ depth, the learning-rate sweep, learning curves, and the attention analysis of t
 deepest runs (the papers' Figures 4-6, `realformer_tf.research.analysis`)."""
 
 import io
+import json
 import math
 import os
 
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 from realformer_tf.research import analysis
 from realformer_tf.research.attention_plots import series_color
+from realformer_tf.research.attention_stats import collect_statistics, load_points, save_points, summarize
 from realformer_tf.research.grid import title
 from realformer_tf.research.study_files import read_scalars
 from realformer_tf.research.study_stats import collapsed, depth_results, mean_std, sweep_lrs, sweep_results
@@ -103,31 +105,62 @@ def plot_curves(repro, results, path):
 
 # -- attention (the papers' Figures 4-6) ----------------------------------------------------------------
 
+ATTENTION_SUMMARY = "attention_summary.json"   # summarize() over every analyzed token
+ATTENTION_POINTS = "attention_points.npz"      # a sample of them, for the plots
+
+
+def analyzed_runs(repro, results):
+    """The finished base-lr runs at the largest depth: those the attention section covers."""
+    layers = repro.budget.layer_counts[-1]
+    return [r for v in repro.variants for r in depth_results(repro, results, v, layers) if r.status == "done"]
+
+
+def is_analyzed(repro, result):
+    return result in analyzed_runs(repro, [result])
+
+
+def run_attention(repro, run, log_fn=print):
+    """(summary, sampled AttentionStatistics) of one run, kept in its folder: read from
+    there when an earlier call (or an archived run) left them, else collected from the
+    run's bert_model.ckpt on the held-out records and written there. None when neither
+    the kept files nor the checkpoint exist."""
+    run_dir = repro.run_dir(run)
+    summary_path, points_path = (os.path.join(run_dir, name) for name in (ATTENTION_SUMMARY, ATTENTION_POINTS))
+    if not (tf.io.gfile.exists(summary_path) and tf.io.gfile.exists(points_path)):
+        checkpoint = os.path.join(run_dir, "bert_model.ckpt")
+        if not tf.io.gfile.exists(checkpoint + ".index"):
+            return None
+        b = repro.budget
+        model, _ = analysis.load_model(checkpoint)
+        stats = collect_statistics(
+            model, analysis.records_dataset(repro.eval_file, b.max_seq_length, 32), b.analysis_examples,
+            label=title(run.variant))
+        save_points(points_path, stats)
+        with tf.io.gfile.GFile(summary_path, "w") as f:
+            json.dump(summarize(stats), f, indent=2)
+        log_fn(f"attention statistics of {run.name}: {stats.num_tokens} tokens")
+    with tf.io.gfile.GFile(summary_path) as f:
+        return json.load(f), load_points(points_path)
+
+
 def attention_statistics(repro, results, output_dir, log_fn=print):
-    """{run name: AttentionStatistics} of the finished base-lr runs at the largest depth.
-    The first seed's runs also get the analysis plots (one line per variant)."""
-    b = repro.budget
-    layers = b.layer_counts[-1]
-    runs = [r for v in repro.variants for r in depth_results(repro, results, v, layers) if r.status == "done"]
-    if not runs:
-        log_fn("attention analysis skipped: no finished run at the largest depth")
-        return {}
-
-    def dataset_fn():
-        return analysis.records_dataset(repro.eval_file, b.max_seq_length, 32)
-
-    def checkpoint(r):
-        return os.path.join(repro.run_dir(r.run), "bert_model.ckpt")
-
-    first_seed = min(r.run.seed for r in runs)
-    plotted = [r for r in runs if r.run.seed == first_seed]
-    stats = analysis.analyze_checkpoints([checkpoint(r) for r in plotted],
-                                         [title(r.run.variant) for r in plotted], None, dataset_fn,
-                                         b.analysis_examples, output_dir, log_fn=log_fn)
-    by_name = {r.name: s for r, s in zip(plotted, stats)}
+    """{run name: attention summary} of the analyzed runs (`analyzed_runs`) that have
+    their statistics or a checkpoint; writes attention_summary.json and the analysis
+    plots of the first seed's runs (one line per variant) to `output_dir`."""
+    runs = analyzed_runs(repro, results)
+    kept = {}
     for r in runs:
-        if r.name not in by_name:
-            model, _ = analysis.load_model(checkpoint(r))
-            by_name[r.name] = analysis.collect_statistics(model, dataset_fn(), b.analysis_examples, label=r.name)
-            log_fn(f"attention statistics of {r.name}: {by_name[r.name].num_tokens} tokens")
-    return by_name
+        found = run_attention(repro, r.run, log_fn)
+        if found is None:
+            log_fn(f"attention analysis of {r.name} skipped: neither its statistics nor its checkpoint "
+                   f"are in {repro.run_dir(r.run)}")
+        else:
+            kept[r.name] = (r, *found)
+    if not kept:
+        log_fn("attention analysis skipped: no analyzed run at the largest depth")
+        return {}
+    first_seed = min(r.run.seed for r, _, _ in kept.values())
+    plotted = [(summary, stats) for r, summary, stats in kept.values() if r.run.seed == first_seed]
+    analysis.write_analysis([stats for _, stats in plotted], [summary for summary, _ in plotted], output_dir,
+                            log_fn=log_fn)
+    return {name: summary for name, (_, summary, _) in kept.items()}

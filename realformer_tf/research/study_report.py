@@ -68,7 +68,7 @@ def sweep_table(repro, results, baseline):
 
 def attention_table(repro, results, stats):
     layers = repro.budget.layer_counts[-1]
-    unit = next(iter(stats.values())).entropy_unit if stats else "nats"
+    unit = next(iter(stats.values()))["entropy_unit"] if stats else "nats"
     lines = [f"| variant ({layers} layers) | attention entropy ({unit}) | adjacent-layer JSD (bits) |",
              "|---|---|---|"]
     for v in repro.variants:

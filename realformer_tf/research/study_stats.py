@@ -123,6 +123,12 @@ def result_dict(result):
                 message=result.message)
 
 
-def attention_summary(stats):
-    """(mean entropy over layers, heads and tokens; mean adjacent-layer JSD)."""
-    return float(np.mean(stats.entropy)), float(np.mean(stats.jsd)) if stats.jsd.size else float("nan")
+def attention_summary(summary):
+    """(mean entropy over layers, heads and tokens; mean adjacent-layer JSD) of an
+    `attention_stats.summarize` dict: every layer holds the same tokens, so the mean of
+    the per-layer means is the mean over all."""
+    def mean(section):
+        means = [layer["mean"] for layer in summary[section]["per_layer"]]
+        return float(np.mean(means)) if means else float("nan")
+
+    return mean("entropy"), mean("jsd")

@@ -1,0 +1,73 @@
+"""Keeps a finished study run's small files in a second folder, and brings them back.
+
+A run's output_dir holds checkpoints (megabytes) beside what the report reads: the
+held-out results, the timing, the learning curves and the attention statistics
+(kilobytes). `save` copies the latter to `archive_dir/<run name>/`; `restore` copies
+them back into an output_dir that lacks the run. A study therefore continues on another
+machine, or after its output_dir is lost, from an archive kept anywhere (the
+repository keeps its study's in experiments/results/study_runs/): finished runs are
+reused, and only unfinished ones train again.
+
+    run_archive.save(run_dir, os.path.join(archive_dir, run.name))
+    run_archive.restore(os.path.join(archive_dir, run.name), run_dir)
+"""
+
+import os
+
+import tensorflow as tf
+
+# What the report reads of a finished run. eval_results.txt (or diverged.txt) marks a
+# run finished, so it is copied last: a copy cut short is not taken for a finished run.
+KEPT_FILES = ("experiment_bert_config.json", "timing.json", "attention_summary.json", "attention_points.npz")
+FINISHED_MARKS = ("eval_results.txt", "diverged.txt")
+KEPT_FOLDERS = ("summaries",)
+
+
+def is_finished(run_dir):
+    return any(tf.io.gfile.exists(os.path.join(run_dir, name)) for name in FINISHED_MARKS)
+
+
+def _copy(source, target):
+    """Copies a file through a temporary name, so `target` is whole or absent."""
+    tf.io.gfile.makedirs(os.path.dirname(target))
+    partial = target + ".partial"
+    tf.io.gfile.copy(source, partial, overwrite=True)
+    tf.io.gfile.rename(partial, target, overwrite=True)
+
+
+def _kept_paths(run_dir):
+    """Paths relative to run_dir of the files to keep, finished marks last."""
+    paths = [name for name in KEPT_FILES if tf.io.gfile.exists(os.path.join(run_dir, name))]
+    for folder in KEPT_FOLDERS:
+        top = os.path.join(run_dir, folder)
+        if tf.io.gfile.isdir(top):
+            for directory, _, files in tf.io.gfile.walk(top):
+                paths += [os.path.relpath(os.path.join(directory, f), run_dir) for f in sorted(files)
+                          if not f.endswith(".partial")]
+    return paths + [name for name in FINISHED_MARKS if tf.io.gfile.exists(os.path.join(run_dir, name))]
+
+
+def _copy_run(source_dir, target_dir):
+    paths = _kept_paths(source_dir)
+    for path in paths:
+        _copy(os.path.join(source_dir, path), os.path.join(target_dir, path))
+    return paths
+
+
+def save(run_dir, archived_dir):
+    """Copies a finished run's kept files from run_dir to archived_dir; returns the
+    paths copied (none when the run is not finished)."""
+    if not is_finished(run_dir):
+        return []
+    return _copy_run(run_dir, archived_dir)
+
+
+def restore(archived_dir, run_dir):
+    """Copies an archived run into run_dir when run_dir does not hold it finished (the
+    archived curves replace those of an unfinished attempt there); returns the paths copied (none when there is nothing to restore)."""
+    if is_finished(run_dir) or not is_finished(archived_dir):
+        return []
+    for folder in KEPT_FOLDERS:  # curves of an unfinished local attempt would mix in
+        if tf.io.gfile.isdir(os.path.join(run_dir, folder)):
+            tf.io.gfile.rmtree(os.path.join(run_dir, folder))
+    return _copy_run(archived_dir, run_dir)
