@@ -290,17 +290,20 @@ def _keep_finished(repro, archive_dir):
 
 
 def _sync_archive(repro, archive_dir):
-    """Restores the archived runs --output_dir lacks, then keeps every finished run
-    (statistics, archive copy), so runs finished before the archive was given are in it."""
+    """Restores the archived runs --output_dir lacks, then keeps the finished runs the
+    archive lacks (statistics, archive copy), so runs finished before the archive was
+    given are in it; runs already archived are not copied again."""
     from realformer_tf.research import run_archive
 
     keep = _keep_finished(repro, archive_dir)
     restored = 0
     for run in repro.plan():
-        if archive_dir and run_archive.restore(os.path.join(archive_dir, run.name), repro.run_dir(run)):
+        archived = os.path.join(archive_dir, run.name) if archive_dir else None
+        if archived and run_archive.restore(archived, repro.run_dir(run)):
             restored += 1
+            continue
         found = repro.existing(run)
-        if found and found.status != "failed":
+        if found and found.status != "failed" and not (archived and run_archive.is_finished(archived)):
             keep(found)
     if archive_dir:
         print(f"Archive {archive_dir}: {restored} finished run(s) restored into {repro.output_dir}", flush=True)
