@@ -2,6 +2,7 @@
 see the same records in the same order and apply the same recipe, so a few steps from
 the same initial weights end at the same weights; its evaluation, resume and report."""
 
+import dataclasses
 import json
 import os
 
@@ -124,6 +125,25 @@ def test_the_program_runs_the_comparison_and_refuses_bad_flags(tmp_path):
     assert "| 2 |" in table and (out / "compare_pretraining.png").stat().st_size > 1000
 
 
+def test_processes_sharing_an_output_dir_keep_each_others_runs(tmp_path):
+    """Two processes load the file, then each saves its own run: the second save keeps
+    the first's run, and a process's own earlier runs survive another's overwrite."""
+    s = settings(tmp_path)
+    path = str(tmp_path / "out" / "compare_pretraining.json")
+    run = {"steps": [0], "accuracy": [0.1], "loss": [5.0], "seconds": 1.0}
+    first = {"settings": dataclasses.asdict(s), "baselines": {"unigram": 0.1, "copy_unigram": 0.2},
+             "runs": {"ours": {"1": run}}}
+    second = json.loads(json.dumps(dict(first, runs={"transformers": {"1": run}})))
+    cp._save(path, first, s)
+    saved = cp._save(path, second, s)
+    assert saved["runs"] == {"ours": {"1": run}, "transformers": {"1": run}}
+    with open(path, "w") as f:  # a process from before the lock writes only its own runs
+        json.dump(dict(first, runs={"ours": {"2": run}}), f)
+    saved = cp._save(path, saved, s)
+    assert {side: sorted(runs) for side, runs in saved["runs"].items()} == {"ours": ["1", "2"], "transformers": ["1"]}
+    assert json.load(open(path)) == saved
+
+
 def test_a_difference_is_marked_only_outside_two_standard_errors_over_seeds():
     from realformer_tf.research import compare_pretraining as cp
 
@@ -158,6 +178,41 @@ def test_xtransformers_peer_has_normformers_blocks():
         px.xtransformers_normformer(50, 24, 1, 2, 50, 16)
 
 
+def test_bert_initialize_draws_every_weight_as_bert_does():
+    """Each linear and embedding weight: a normal with sd 0.02 cut at 2 sd (so its sd is
+    0.02 * 0.88), biases 0; the norms' gains and the head scales are left as they were
+    (x-transformers stores most gains as an offset from 1, so 0)."""
+    pytest.importorskip("x_transformers")
+    import torch
+    from realformer_tf.research import peer_xtransformers as px
+
+    torch.manual_seed(0)
+    model = px.xtransformers_normformer(vocab_size=300, hidden_size=24, num_layers=2, num_heads=2,
+                                        intermediate_size=48, max_seq_length=16)
+    own_embedding_sd = float(model.encoder.token_emb.emb.weight.std())
+    kept = {name: p.detach().numpy().copy() for name, p in model.named_parameters()
+            if "gamma" in name or "head_scale" in name}
+    drawn = px.bert_initialize(model)
+    linears = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
+    assert drawn == len(linears) >= 2 * 6 + 3  # per layer q, k, v, out, ff in, ff out; embeddings, heads
+    for module in linears:
+        weight = module.weight.detach().numpy()
+        assert np.abs(weight).max() <= 0.04
+        if weight.size >= 1000:
+            assert 0.0155 < weight.std() < 0.0195, (module, weight.std())
+        if getattr(module, "bias", None) is not None:
+            assert not module.bias.detach().numpy().any()
+    assert own_embedding_sd > 0.15  # x-transformers' own: Kaiming's sd sqrt(2 / 24) = 0.29
+    assert len(kept) == 2 * 5 + 1  # per layer: 2 pre-norms, the attention post-norm and head scale, the
+    # feed-forward post-activation norm; the final norm
+    for name, parameter in model.named_parameters():
+        if name in kept:
+            np.testing.assert_array_equal(parameter.detach().numpy(), kept[name])
+    with pytest.raises(ValueError, match="init='xavier'"):
+        px.PeerXNormFormer(dict(vocab_size=30, hidden_size=24, num_layers=1, num_heads=2, intermediate_size=48,
+                                max_seq_length=16), 1, 1e-3, 10, 1, init="xavier")
+
+
 def test_xtransformers_peer_learns_a_batch_through_the_shared_loop(tmp_path):
     pytest.importorskip("x_transformers")
     from realformer_tf.research import peer_xtransformers as px
@@ -181,14 +236,21 @@ def test_xtransformers_peer_learns_a_batch_through_the_shared_loop(tmp_path):
 def test_normformer_comparison_runs_ours_and_xtransformers(tmp_path):
     pytest.importorskip("x_transformers")
     s = settings(tmp_path, variant="normformer", num_train_steps=2, eval_every=2, intermediate_size=48)
-    assert s.sides == ("ours", "x-transformers") and s.bert_config().layer_norm_type == "normformer"
+    assert s.sides == ("ours", "x-transformers", "x-transformers-bert-init")
+    assert s.bert_config().layer_norm_type == "normformer"
     out = str(tmp_path / "out")
-    results = cp.compare(s, seeds=(1,), output_dir=out)
+    results = cp.compare(s, seeds=(1,), output_dir=out, sides=("ours", "x-transformers"))
     assert set(results["runs"]) == {"ours", "x-transformers"}
+    assert "x-transformers-bert-init" not in cp.report_markdown(results)  # a peer without runs: no table
+    results = cp.compare(s, seeds=(1,), output_dir=out)  # resumes: only the BERT-initialized peer runs
+    assert set(results["runs"]) == set(s.sides)
     for run in results["runs"].values():
         assert run["1"]["steps"] == [0, 2] and all(0 <= a <= 1 for a in run["1"]["accuracy"])
+    # the two x-transformers peers start from different weights
+    assert results["runs"]["x-transformers"]["1"]["loss"][0] != results["runs"]["x-transformers-bert-init"]["1"]["loss"][0]
     table = cp.report_markdown(results)
     assert "| step | ours accuracy | x-transformers accuracy |" in table and "nan" not in table
+    assert "| step | ours accuracy | x-transformers-bert-init accuracy |" in table
     with pytest.raises(ValueError, match="has a peer for bert, normformer"):
         cp.Settings(**dict(vars(s), variant="pre_ln"))
     with pytest.raises(ValueError, match="intermediate_size=40 is not a multiple of hidden_size=24"):

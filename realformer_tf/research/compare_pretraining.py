@@ -10,7 +10,10 @@ The peer depends on `Settings.variant`:
   (`research.peer_bert`), from the very same initial weights (one original-named
   checkpoint, written as a Hugging Face folder too);
 - "normformer": x-transformers' encoder with its NormFormer options
-  (`research.peer_xtransformers`), from its own initialization under the same seed.
+  (`research.peer_xtransformers`), from its own initialization under the same seed
+  ("x-transformers"), and the same model initialized as BERT is
+  ("x-transformers-bert-init": every weight truncated normal with sd 0.02, biases 0),
+  which separates what the initialization does from what the architecture does.
 
     results = compare(settings, seeds=(1, 2, 3), output_dir="experiments/results/compare")
     print(report_markdown(results))
@@ -26,8 +29,8 @@ import numpy as np
 from realformer_tf.fileio import atomic_output
 from realformer_tf.research import peer_bert
 
-# The peer of each variant the comparison supports.
-PEERS = {"bert": "transformers", "normformer": "x-transformers"}
+# The peers of each variant the comparison supports; the first is the variant's main peer.
+PEERS = {"bert": ("transformers",), "normformer": ("x-transformers", "x-transformers-bert-init")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +69,12 @@ class Settings:
 
     @property
     def peer(self):
-        return PEERS[self.variant]
+        """The main peer's side name."""
+        return PEERS[self.variant][0]
 
     @property
     def sides(self):
-        return ("ours", self.peer)
+        return ("ours", *PEERS[self.variant])
 
     def bert_config(self):
         from realformer_tf.models import variants
@@ -185,29 +189,33 @@ def _our_logits_fn(settings, prefix):
     return lambda batch: model({k: batch[k] for k in keys}, training=False)["masked_lm_logits"].numpy()
 
 
-def make_peer(settings, seed, folder):
-    """The variant's peer, before training: transformers from the Hugging Face `folder`
-    of the shared initial weights, or x-transformers from its own under `seed`."""
+def make_peer(settings, seed, folder, side=None):
+    """The peer `side` (default: the variant's main peer), before training: transformers
+    from the Hugging Face `folder` of the shared initial weights, or x-transformers from
+    its own initialization (or BERT's) under `seed`."""
+    side = side or settings.peer
     recipe = (settings.learning_rate, settings.num_train_steps, settings.num_warmup_steps, settings.weight_decay)
     threads = settings.threads or None
-    if settings.variant == "bert":
+    if side == "transformers":
         return peer_bert.PeerBert(folder, *recipe, threads=threads)
     from realformer_tf.research import peer_xtransformers
 
-    return peer_xtransformers.PeerXNormFormer(settings.peer_sizes(), seed, *recipe, threads=threads)
+    init = "bert" if side == "x-transformers-bert-init" else "own"
+    return peer_xtransformers.PeerXNormFormer(settings.peer_sizes(), seed, *recipe, threads=threads, init=init)
 
 
-def run_peer(settings, seed, folder, batches, log=print):
-    """Trains the peer on the same batches in the same order; returns
-    ({step: (accuracy, loss)}, the trained peer)."""
-    peer = make_peer(settings, seed, folder)
+def run_peer(settings, seed, folder, batches, log=print, side=None):
+    """Trains the peer `side` (default: the main peer) on the same batches in the same
+    order; returns ({step: (accuracy, loss)}, the trained peer)."""
+    side = side or settings.peer
+    peer = make_peer(settings, seed, folder, side)
     steps = set(settings.eval_steps())
     curve = {}
     data = train_batches(settings, seed)
     for step in range(settings.num_train_steps + 1):
         if step in steps:
             curve[step] = evaluate(peer.masked_lm_logits, batches)
-            log(f"  {settings.peer} seed {seed} step {step}: masked LM accuracy {curve[step][0]:.4f}, "
+            log(f"  {side} seed {seed} step {step}: masked LM accuracy {curve[step][0]:.4f}, "
                 f"loss {curve[step][1]:.4f}")
         if step < settings.num_train_steps:
             peer.train_step(next(data))
@@ -217,8 +225,9 @@ def run_peer(settings, seed, folder, batches, log=print):
 # -- the comparison, resumable -------------------------------------------------------------
 def compare(settings, seeds, output_dir, sides=None, log=print):
     """Runs every (side, seed) not yet in `output_dir/compare_pretraining.json` (each is
-    saved as it finishes, so a stopped comparison resumes) and returns the results.
-    `sides`: a subset of `settings.sides` (default: both)."""
+    saved as it finishes, so a stopped comparison resumes; processes given other `sides`
+    or `seeds` can share one `output_dir` at once) and returns the results.
+    `sides`: a subset of `settings.sides` (default: all)."""
     from realformer_tf.research.study_stats import plateau_baselines
 
     sides = settings.sides if sides is None else tuple(sides)
@@ -235,18 +244,20 @@ def compare(settings, seeds, output_dir, sides=None, log=print):
         missing = [side for side in sides if str(seed) not in results["runs"].get(side, {})]
         if not missing:
             continue
-        init_checkpoint, folder = initial_weights(settings, seed, work_dir)
+        # The shared initial weights, where a side starts from them (x-transformers does not).
+        init_checkpoint, folder = (initial_weights(settings, seed, work_dir)
+                                   if "ours" in missing or "transformers" in missing else (None, None))
         for side in missing:
             log(f"{side}, seed {seed}: {settings.num_train_steps} steps")
             start = time.time()
             if side == "ours":
                 curve, _ = run_ours(settings, seed, init_checkpoint, work_dir, batches, log)
             else:
-                curve, _ = run_peer(settings, seed, folder, batches, log)
+                curve, _ = run_peer(settings, seed, folder, batches, log, side=side)
             results["runs"].setdefault(side, {})[str(seed)] = {
                 "steps": sorted(curve), "accuracy": [curve[s][0] for s in sorted(curve)],
                 "loss": [curve[s][1] for s in sorted(curve)], "seconds": time.time() - start}
-            _save(path, results)
+            results = _save(path, results, settings)
     return results
 
 
@@ -262,16 +273,30 @@ def _load(path, settings):
     return {"settings": settings_dict, "runs": {}}
 
 
-def _save(path, results):
+def _save(path, results, settings):
+    """Adds the runs of `results` to the file at `path` (under a lock, so that processes
+    running other sides or seeds of the same comparison at once keep each other's runs)
+    and returns what the file then holds."""
+    import fcntl
+
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with atomic_output(path) as f:
-        f.write(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        saved = _load(path, settings)
+        for side, runs in results["runs"].items():
+            saved["runs"].setdefault(side, {}).update(runs)
+        saved.setdefault("baselines", results["baselines"])
+        with atomic_output(path) as f:
+            f.write(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+    return saved
 
 
 # -- the report ----------------------------------------------------------------------------
-def peer_of(results):
-    """The peer's side name in `results` (files from before `variant` are BERT's)."""
-    return PEERS[results["settings"].get("variant", "bert")]
+def peers_of(results):
+    """The peer sides `results` reports: the variant's main peer, and its other peers
+    that have runs (files from before `variant` are BERT's)."""
+    main, *others = PEERS[results["settings"].get("variant", "bert")]
+    return [main] + [side for side in others if results["runs"].get(side)]
 
 
 def curves(results, side, metric):
@@ -300,31 +325,39 @@ def _difference(difference, sd_ours, n_ours, sd_peer, n_peer):
 
 
 def report_markdown(results):
-    """The table: per evaluated step, each side's mean ± sd over seeds of held-out
-    masked-LM accuracy and loss, and ours minus the peer with twice its standard error
-    over seeds (Welch's: a difference inside it is within the seed spread)."""
+    """One table per peer: per evaluated step, each side's mean ± sd over seeds of
+    held-out masked-LM accuracy and loss, and ours minus the peer with twice its standard
+    error over seeds (Welch's: a difference inside it is within the seed spread)."""
     base = results["baselines"]
-    peer = peer_of(results)
-    counts = ", ".join(f"{side}: {len(results['runs'].get(side, {}))}" for side in ("ours", peer))
+    peers = peers_of(results)
+    counts = ", ".join(f"{side}: {len(results['runs'].get(side, {}))}" for side in ("ours", *peers))
     lines = [f"Held-out masked-LM accuracy / loss, mean ± sd over seeds ({counts} seeds). "
              f"Context-free baselines: unigram {base['unigram']:.3f}, copy + unigram {base['copy_unigram']:.3f}.",
-             f"A difference is ours minus {peer}, with 2 standard errors over seeds in brackets; "
-             "`*` marks one outside them.",
-             "", f"| step | ours accuracy | {peer} accuracy | difference | ours loss | {peer} loss "
-             "| difference |", "|---|---|---|---|---|---|---|"]
+             "A difference is ours minus the peer, with 2 standard errors over seeds in brackets; "
+             "`*` marks one outside them."]
+    tables = [_peer_table(results, peer) for peer in peers]
+    if tables[0] is None:
+        return "\n".join(lines[:1] + ["", "(both sides are needed for the table)"])
+    return "\n".join(lines + [line for table in tables if table for line in ["", *table]]) + "\n"
+
+
+def _peer_table(results, peer):
+    """The markdown lines of ours against `peer`, or None where either has no runs."""
     steps, ours_acc = curves(results, "ours", "accuracy")
     _, peer_acc = curves(results, peer, "accuracy")
+    if not ours_acc.size or not peer_acc.size:
+        return None
     _, ours_loss = curves(results, "ours", "loss")
     _, peer_loss = curves(results, peer, "loss")
-    if not ours_acc.size or not peer_acc.size:
-        return "\n".join(lines[:1] + ["", "(both sides are needed for the table)"])
+    lines = [f"| step | ours accuracy | {peer} accuracy | difference | ours loss | {peer} loss | difference |",
+             "|---|---|---|---|---|---|---|"]
     for i, step in enumerate(steps):
         cells = [str(step)]
-        for ours, peer in ((ours_acc[:, i], peer_acc[:, i]), (ours_loss[:, i], peer_loss[:, i])):
-            (om, osd), (pm, psd) = _mean_sd(ours), _mean_sd(peer)
-            cells += [_cell(om, osd), _cell(pm, psd), _difference(om - pm, osd, len(ours), psd, len(peer))]
+        for ours, other in ((ours_acc[:, i], peer_acc[:, i]), (ours_loss[:, i], peer_loss[:, i])):
+            (om, osd), (pm, psd) = _mean_sd(ours), _mean_sd(other)
+            cells += [_cell(om, osd), _cell(pm, psd), _difference(om - pm, osd, len(ours), psd, len(other))]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(results, path):
@@ -336,7 +369,7 @@ def plot(results, path):
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric in zip(axes, ("accuracy", "loss")):
-        for side, color in zip(("ours", peer_of(results)), ("tab:blue", "tab:orange")):
+        for side, color in zip(("ours", *peers_of(results)), ("tab:blue", "tab:orange", "tab:green")):
             steps, values = curves(results, side, metric)
             if values.size:
                 ax.plot(steps, values.mean(0), color=color, label=side)

@@ -19,6 +19,12 @@ transform or bias. Around the encoder this module adds what BERT pretraining nee
 x-transformers does not have: segment embeddings (added to the token embeddings) and a
 next-sentence head on [CLS] (a tanh pooler and a linear layer, as BERT's).
 
+`init="bert"` replaces x-transformers' initialization by BERT's (`bert_initialize`), so
+that the comparison can tell the initialization's effect from the architecture's:
+x-transformers draws token embeddings with Kaiming's normal (sd sqrt(2 / width), 0.18 at
+width 64) and linear layers with PyTorch's uniform default (sd 1 / sqrt(3 * fan-in)),
+where BERT draws every weight from a normal truncated at 2 sd, with sd 0.02.
+
 torch and x-transformers are imported only here (pip install x-transformers).
 """
 
@@ -58,6 +64,24 @@ def xtransformers_normformer(vocab_size, hidden_size, num_layers, num_heads, int
     return NormFormerForPretraining()
 
 
+def bert_initialize(model, initializer_range=0.02):
+    """Re-initializes `model` in place as BERT does: the weight of every linear layer
+    and embedding from a normal with sd `initializer_range` truncated at 2 sd, biases
+    0; norm gains and head scales keep their 1. Returns how many weights were drawn."""
+    import torch
+
+    drawn = 0
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+                torch.nn.init.trunc_normal_(module.weight, std=initializer_range,
+                                            a=-2 * initializer_range, b=2 * initializer_range)
+                drawn += 1
+                if getattr(module, "bias", None) is not None:
+                    module.bias.zero_()
+    return drawn
+
+
 def check_sizes(hidden_size, intermediate_size):
     """x-transformers sizes the feed-forward as a whole multiple of the width (ff_mult)."""
     if intermediate_size % hidden_size:
@@ -80,13 +104,14 @@ def drop_feed_forward_post_norms(attn_layers):
 
 
 class PeerXNormFormer(TorchPretrainer):
-    """x-transformers' NormFormer (above) from its own initialization under `seed`,
-    trained by the shared loop.
+    """x-transformers' NormFormer (above) from its own initialization (or BERT's) under
+    `seed`, trained by the shared loop.
 
     Args:
         sizes: dict with vocab_size, hidden_size, num_layers, num_heads,
             intermediate_size, max_seq_length.
         seed: torch's seed for the initial weights.
+        init: "own" (x-transformers') or "bert" (`bert_initialize`).
         The other arguments are `TorchPretrainer`'s.
     """
 
@@ -94,11 +119,16 @@ class PeerXNormFormer(TorchPretrainer):
     # `gamma`), biases and the head scales.
     no_decay = ("gamma", "bias", "head_scale")
 
-    def __init__(self, sizes, seed, *args, **kwargs):
+    def __init__(self, sizes, seed, *args, init="own", **kwargs):
         import torch
 
+        if init not in ("own", "bert"):
+            raise ValueError(f"init={init!r}: expected 'own' (x-transformers') or 'bert'")
         torch.manual_seed(seed)
-        super().__init__(xtransformers_normformer(**sizes), *args, **kwargs)
+        model = xtransformers_normformer(**sizes)
+        if init == "bert":
+            bert_initialize(model)
+        super().__init__(model, *args, **kwargs)
 
     def _outputs(self, batch):
         torch = self.torch
