@@ -1,7 +1,8 @@
 """Data parallelism computes what one device computes.
 
-Each case runs in its own Python process: logical devices and TF_CONFIG must be set
-before TensorFlow initializes, and the pytest process has already imported it.
+MirroredStrategy runs in the test process, over the two logical CPUs of
+tests/conftest.py (its `two_replicas`). MultiWorkerMirroredStrategy runs two worker processes: TF_CONFIG is read when
+TensorFlow starts, and the processes are what is tested.
 """
 
 import json
@@ -10,58 +11,54 @@ import socket
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
-
-import helpers_data as h
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
-
-# Same examples per step, same initial weights, no dropout: MirroredStrategy over two
-# logical CPUs vs the default strategy. Prints one JSON line of measurements.
-MIRRORED_SCRIPT = r"""
-import json, sys
-import numpy as np
 import tensorflow as tf
 
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-import keras
-sys.path.insert(0, TESTS)
 import helpers_data as h
 from realformer_tf import optimization
 from realformer_tf.jobs.tasks.pretraining import PretrainingTask
+from realformer_tf.training.distribution import run_settings
 from realformer_tf.training.trainer import Trainer
 
+
+# Same examples per step, same initial weights, no dropout: MirroredStrategy over two
+# logical CPUs vs the default strategy.
 GLOBAL, STEPS, SEQ, PRED = 8, 5, 16, 4
-config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-batches = [h.fixed_pretraining_batch(GLOBAL, SEQ, PRED, seed=100 + s) for s in range(STEPS)]
-examples = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
-def dataset_fn(input_context=None, start_step=0):
-    # One input pipeline on one host: the replicas take consecutive per-replica batches
-    # of it, so replica r of step s sees examples [s*GLOBAL + r*per, ... + per), the
-    # same examples the single device sees in its step s.
-    per = input_context.get_per_replica_batch_size(GLOBAL) if input_context else GLOBAL
-    assert input_context is None or input_context.num_input_pipelines == 1
-    return tf.data.Dataset.from_tensor_slices(examples).batch(per, drop_remainder=True).repeat()
+def _mirrored_examples():
+    batches = [h.fixed_pretraining_batch(GLOBAL, SEQ, PRED, seed=100 + s) for s in range(STEPS)]
+    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
-def make_optimizer(name):
+def _one_pipeline(examples):
+    def dataset_fn(input_context=None, start_step=0):
+        # One input pipeline on one host: the replicas take consecutive per-replica
+        # batches of it, so replica r of step s sees examples [s*GLOBAL + r*per, ... + per),
+        # the same examples the single device sees in its step s.
+        per = input_context.get_per_replica_batch_size(GLOBAL) if input_context else GLOBAL
+        assert input_context is None or input_context.num_input_pipelines == 1
+        return tf.data.Dataset.from_tensor_slices(examples).batch(per, drop_remainder=True).repeat()
+
+    return dataset_fn
+
+
+def _make_optimizer(name):
     if name == "sgd":  # updates proportional to the gradient: no scale invariance to hide a bug
         return keras.optimizers.SGD(learning_rate=0.5)
     return optimization.create_optimizer("adamw", 1e-3, STEPS, 0)
 
 
-def run(strategy, model_dir, optimizer, clip, initial=None):
-    keras.utils.set_random_seed(1)
-    trainer = Trainer(
-        PretrainingTask(config), strategy, model_dir, optimizer_fn=lambda: make_optimizer(optimizer),
-        steps_per_loop=1, save_checkpoints_steps=1000, clip_norm=clip, global_batch_size=GLOBAL,
-    )
-    trainer.restore_or_initialize()
+def _train(strategy, dataset_fn, model_dir, optimizer, clip, initial=None):
+    config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    with run_settings(1, "none"):
+        trainer = Trainer(
+            PretrainingTask(config), strategy, model_dir, optimizer_fn=lambda: _make_optimizer(optimizer),
+            steps_per_loop=1, save_checkpoints_steps=1000, clip_norm=clip, global_batch_size=GLOBAL,
+        )
+        trainer.restore_or_initialize()
     if initial is not None:
         trainer.model.set_weights(initial)
     start = [w.copy() for w in trainer.model.get_weights()]
@@ -70,7 +67,7 @@ def run(strategy, model_dir, optimizer, clip, initial=None):
     return trainer, start, trainer.model.get_weights(), losses
 
 
-def first_gradient_norm(trainer):
+def _first_gradient_norm(trainer, examples):
     features = {k: tf.constant(v[:GLOBAL]) for k, v in examples.items()}
     with tf.GradientTape() as tape:
         sums = trainer.task.metric_sums(features, trainer.model(features, training=True))
@@ -78,55 +75,44 @@ def first_gradient_norm(trainer):
     return float(tf.linalg.global_norm(tape.gradient(loss, trainer.model.trainable_variables)))
 
 
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-assert mirrored.num_replicas_in_sync == 2
+def _mirrored_against_one_device(mirrored, out, optimizer, clip):
+    examples = _mirrored_examples()
+    dataset_fn = _one_pipeline(examples)
+    assert mirrored.num_replicas_in_sync == 2
+    # Check the assumption of _one_pipeline on the first step's two per-replica batches.
+    first = next(iter(mirrored.distribute_datasets_from_function(dataset_fn)))
+    parts = [p.numpy() for p in mirrored.experimental_local_results(first["input_ids"])]
+    np.testing.assert_array_equal(np.concatenate(parts), examples["input_ids"][:GLOBAL])
 
-# Check the assumption above on the first step's two per-replica batches.
-first = next(iter(mirrored.distribute_datasets_from_function(dataset_fn)))
-parts = [p.numpy() for p in mirrored.experimental_local_results(first["input_ids"])]
-np.testing.assert_array_equal(np.concatenate(parts), examples["input_ids"][:GLOBAL])
-
-report = {}
-for optimizer, clip in CASES:
-    name = f"{optimizer}-clip{clip}"
-    one, one_start, one_end, one_losses = run(tf.distribute.get_strategy(), f"{OUT}/{name}/default", optimizer, clip)
-    _, two_start, two_end, two_losses = run(mirrored, f"{OUT}/{name}/mirrored", optimizer, clip, initial=one_start)
+    one, one_start, one_end, one_losses = _train(tf.distribute.get_strategy(), dataset_fn, f"{out}/default",
+                                                 optimizer, clip)
+    _, two_start, two_end, two_losses = _train(mirrored, dataset_fn, f"{out}/mirrored", optimizer, clip,
+                                               initial=one_start)
     one.model.set_weights(one_start)
-    report[name] = dict(
+    return dict(
         start_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, two_start)),
         max_weight_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(one_end, two_end)),
         max_update=max(float(np.max(np.abs(a - b))) for a, b in zip(one_start, one_end)),
-        first_gradient_norm=first_gradient_norm(one),
+        first_gradient_norm=_first_gradient_norm(one, examples),
         losses_default=one_losses, losses_mirrored=two_losses)
-print(json.dumps(report))
-"""
-
-
-def _run_python(code, timeout=600, env=None):
-    proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=env or h.script_env(),
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.slow
-def test_mirrored_two_replicas_match_one_device(tmp_path):
-    # AdamW (the real optimizer) and plain SGD, which unlike Adam is not invariant to
-    # the gradient's scale, so a missing or doubled cross-replica sum would show; with
-    # clip_norm 0.05 the clipping of the global (all-reduced) gradient is active.
-    cases = [("adamw", 1.0), ("sgd", None), ("sgd", 0.05)]
-    code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
-    report = _run_python(code)
-    for name, m in report.items():
-        print(f"mirrored vs default, {name}: {m}")
-    for name, m in report.items():
-        assert m["start_diff"] == 0.0, name
-        assert m["max_update"] > 1e-3, (name, m)  # the weights did move
-        assert m["max_weight_diff"] < 1e-5, (name, m)
-        assert len(m["losses_default"]) == 5
-        # The progress lines print 4 significant digits.
-        np.testing.assert_allclose(m["losses_mirrored"], m["losses_default"], rtol=2e-3, err_msg=name)
-    assert report["sgd-clip0.05"]["first_gradient_norm"] > 0.05 * 2  # clipping did act
+# AdamW (the real optimizer) and plain SGD, which unlike Adam is not invariant to the
+# gradient's scale, so a missing or doubled cross-replica sum would show; with clip_norm
+# 0.05 the clipping of the global (all-reduced) gradient is active.
+@pytest.mark.parametrize("optimizer,clip", [("adamw", 1.0), ("sgd", None), ("sgd", 0.05)])
+def test_mirrored_two_replicas_match_one_device(tmp_path, two_replicas, optimizer, clip):
+    m = _mirrored_against_one_device(two_replicas, str(tmp_path), optimizer, clip)
+    print(f"mirrored vs default, {optimizer}-clip{clip}: {m}")
+    assert m["start_diff"] == 0.0
+    assert m["max_update"] > 1e-3, m  # the weights did move
+    assert m["max_weight_diff"] < 1e-5, m
+    assert len(m["losses_default"]) == STEPS
+    # The progress lines print 4 significant digits.
+    np.testing.assert_allclose(m["losses_mirrored"], m["losses_default"], rtol=2e-3)
+    if clip == 0.05:
+        assert m["first_gradient_norm"] > 0.05 * 2  # clipping did act
 
 
 def _free_ports(n):
@@ -210,49 +196,29 @@ def test_multi_worker_mirrored_two_local_workers(tmp_path, model_type):
     assert results[0] == results[1]
 
 
-# A run stopped at step 4 and resumed to 8 under MirroredStrategy (two logical CPUs)
-# ends where an uninterrupted one does: the seeded data order is replayed per replica
-# batch. Prints one JSON line.
-MIRRORED_RESUME_SCRIPT = r"""
-import json, sys
-import numpy as np
-import tensorflow as tf
-
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-
-import keras
-sys.path.insert(0, TESTS)
-import helpers_data as h
-from realformer_tf import optimization
-from realformer_tf.data import pretraining as data
-from realformer_tf.jobs.tasks.pretraining import PretrainingTask
-from realformer_tf.training.trainer import Trainer
-
-records = h.write_pretraining_records(OUT + "/train.tfrecord", 40, 16, 4)
-dataset_fn = data.make_dataset_fn([records], 16, 4, 8, is_training=True, seed=5)
-config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
-def train(model_dir, steps):
-    keras.utils.set_random_seed(1)
-    trainer = Trainer(PretrainingTask(config), mirrored, model_dir, steps_per_loop=2, save_checkpoints_steps=2,
-                      optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, 8, 0), global_batch_size=8)
-    trainer.restore_or_initialize()
-    trainer.train(dataset_fn, steps, log_fn=lambda _: None)
-    return [w.numpy() for w in trainer.model.weights]
-
-
-uninterrupted = train(OUT + "/full", 8)
-train(OUT + "/parts", 4)
-resumed = train(OUT + "/parts", 8)
-print(json.dumps({"max_weight_diff": max(float(np.max(np.abs(a - b))) for a, b in zip(uninterrupted, resumed))}))
-"""
-
-
 @pytest.mark.slow
-def test_mirrored_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    report = _run_python(f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\n" + MIRRORED_RESUME_SCRIPT)
-    print(f"mirrored, resumed vs uninterrupted: {report}")
-    assert report["max_weight_diff"] <= 1e-6
+def test_mirrored_resumed_run_matches_an_uninterrupted_one(tmp_path, two_replicas):
+    """A run stopped at step 4 and resumed to 8 under MirroredStrategy (two logical
+    CPUs) ends where an uninterrupted one does: the seeded data order is replayed per
+    replica batch."""
+    from realformer_tf.data import pretraining as data
+
+    records = h.write_pretraining_records(tmp_path / "train.tfrecord", 40, 16, 4)
+    dataset_fn = data.make_dataset_fn([str(records)], 16, 4, 8, is_training=True, seed=5)
+    config = h.tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+    def train(model_dir, steps):
+        with run_settings(1, "none"):
+            trainer = Trainer(PretrainingTask(config), two_replicas, str(model_dir), steps_per_loop=2,
+                              save_checkpoints_steps=2, global_batch_size=8,
+                              optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-3, 8, 0))
+            trainer.restore_or_initialize()
+        trainer.train(dataset_fn, steps, log_fn=lambda _: None)
+        return [w.numpy() for w in trainer.model.weights]
+
+    uninterrupted = train(tmp_path / "full", 8)
+    train(tmp_path / "parts", 4)
+    resumed = train(tmp_path / "parts", 8)
+    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(uninterrupted, resumed))
+    print(f"mirrored, resumed vs uninterrupted: max weight difference {diff}")
+    assert diff <= 1e-6

@@ -5,17 +5,11 @@ loss divided by a count that differs between the micro-batches) and the classifi
 with BERT's schedule, gradient clipping, dynamic loss scaling, and MirroredStrategy; a
 resumed accumulating run continues the data exactly; the flag's error message."""
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import helpers_data as h
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
 MICRO, N, STEPS, SEQ, PRED = 4, 3, 3, 12, 4
 
 
@@ -170,41 +164,22 @@ def test_a_count_that_depends_on_the_outputs_is_refused(tmp_path):
         trainer.train(dataset_fn, 1, log_fn=lambda _: None)
 
 
-MIRRORED_SCRIPT = r"""
-import json, sys
-import tensorflow as tf
-
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, TESTS)
-import test_gradient_accumulation as t
-
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-report = {}
-for task_name, optimizer, clip, jit in CASES:
-    name = f"{task_name}-{optimizer}-jit{jit}"
-    big = t.train(tf.distribute.get_strategy(), task_name, optimizer, clip, t.MICRO * t.N, 1, f"{OUT}/{name}/big")
-    acc = t.train(mirrored, task_name, optimizer, clip, t.MICRO, t.N, f"{OUT}/{name}/acc", initial=big[1],
-                  jit_compile=jit)
-    report[name] = t.compare(big, acc)
-print(json.dumps(report))
-"""
-
-
 @pytest.mark.slow
-def test_accumulation_under_mirrored_strategy_equals_one_large_batch_on_one_device(tmp_path):
-    """Two replicas x 3 micro-batches of 2 examples each, vs one device with 12: the
-    masked-LM counts are summed over micro-batches and replicas before dividing."""
-    cases = [("pretraining", "sgd", 0.05, False), ("classifier", "adamw", 1.0, True)]
-    code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
-    proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=h.script_env(), capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, r in report.items():
-        print(f"mirrored accumulation vs one device, {name}: {r}")
-        check(r, name)
-    assert len(report) == len(cases)
+@pytest.mark.parametrize("task_name,optimizer,clip,jit", [("pretraining", "sgd", 0.05, False),
+                                                         ("classifier", "adamw", 1.0, True)])
+def test_accumulation_under_mirrored_strategy_equals_one_large_batch_on_one_device(
+        tmp_path, two_replicas, task_name, optimizer, clip, jit):
+    """Two replicas (tests/conftest.py) x 3 micro-batches of 2 examples each, vs one
+    device with 12: the masked-LM counts are summed over micro-batches and replicas
+    before dividing."""
+    import tensorflow as tf
+
+    big = train(tf.distribute.get_strategy(), task_name, optimizer, clip, MICRO * N, 1, str(tmp_path / "big"))
+    acc = train(two_replicas, task_name, optimizer, clip, MICRO, N, str(tmp_path / "acc"), initial=big[1],
+                jit_compile=jit)
+    report = compare(big, acc)
+    print(f"mirrored accumulation vs one device, {task_name}-{optimizer}-jit{jit}: {report}")
+    check(report, task_name)
 
 
 @pytest.mark.slow

@@ -3,10 +3,6 @@ the warmup + linear-decay schedule, and AdamW (the fused TensorFlow step) with
 decoupled weight decay that skips LayerNorm, biases and NormFormer's scales; the fused
 step equals Keras' own AdamW, also under MirroredStrategy and XLA."""
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -160,12 +156,12 @@ def test_fused_cpu_kernel_keeps_earlier_reads_and_names_bad_inputs():
                                         **dict(hyper, lr=[0.1, 0.1]))
 
 
-def fused_minus_keras(where):
-    """Largest |fused AdamW - Keras AdamW| over the weights after four steps."""
+def fused_minus_keras(where, strategy=None):
+    """Largest |fused AdamW - Keras AdamW| over the weights after four steps (under
+    `strategy` if given)."""
     import keras
 
     weights, grads = make_problem(seed=1)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if where == "mirrored" else None
 
     def make(cls):
         optimizer = cls(learning_rate=optimization.WarmupPolynomialDecay(1e-2, 6, 1), weight_decay=DECAY,
@@ -206,19 +202,9 @@ def test_fused_step_equals_keras_adamw(where):
     assert diff <= (2e-6 if where == "default" else 5e-7) and moved > 1e-3
 
 
-def test_fused_step_equals_keras_adamw_under_mirrored_strategy():
-    """Two logical CPUs (set before TensorFlow starts, hence a subprocess)."""
-    script = (
-        "import sys; sys.path.insert(0, {tests!r})\n"
-        "import tensorflow as tf\n"
-        "cpu = tf.config.list_physical_devices('CPU')[0]\n"
-        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
-        "import test_optimization\n"
-        "print('RESULT', *test_optimization.fused_minus_keras('mirrored'))\n"
-    ).format(tests=os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    diff, moved = map(float, proc.stdout.split("RESULT")[1].split())
+def test_fused_step_equals_keras_adamw_under_mirrored_strategy(two_replicas):
+    """Two replicas on the two logical CPUs of tests/conftest.py."""
+    diff, moved = fused_minus_keras("mirrored", two_replicas)
     print(f"DEV fused-keras mirrored {diff:.2e}")
     assert diff <= 5e-7 and moved > 1e-3
 

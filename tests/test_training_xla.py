@@ -1,20 +1,13 @@
 """Training through `Trainer` with `jit_compile=True`: the per-replica forward+backward and
 the eval step compiled with XLA, for every encoder variant and ETC, in float32 and mixed
-precision, under the default strategy and MirroredStrategy (two logical CPUs, in a
-subprocess: logical devices must be configured before TensorFlow starts)."""
-
-import json
-import os
-import subprocess
-import sys
+precision, under the default strategy and MirroredStrategy (the two logical CPUs of
+tests/conftest.py)."""
 
 import numpy as np
 import pytest
 
 import helpers_data as h
 from realformer_tf.models import variants
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # The variant table's names (NormFormer's optional residual scale: the smoke check's cases).
 VARIANTS = [name for name in variants.VARIANTS if name != "normformer_residual_scale"]
@@ -161,41 +154,17 @@ def test_jit_compile_values():
         resolve_jit_compile("yes")
 
 
-MIRRORED_SCRIPT = r"""
-import json, sys
-import numpy as np
-import tensorflow as tf
-
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-sys.path.insert(0, TESTS)
-import test_training_xla as t
-from realformer_tf.training import distribution
-
-mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-report = {}
-for variant, precision, evaluate in CASES:
-    distribution.set_mixed_precision(precision)
-    trainer, metrics, evaluation, start = t.train(mirrored, variant, True, f"{OUT}/{variant}-{precision}",
-                                                  evaluate=evaluate)
-    t.check_trained(trainer, metrics, evaluation, start)
-    report[f"{variant}-{precision}"] = metrics["loss"]
-distribution.set_mixed_precision("none")
-print(json.dumps(report))
-"""
-
-
 @pytest.mark.slow
-def test_compiled_training_under_mirrored_strategy(tmp_path):
-    # What MirroredStrategy adds (per-replica compiled steps, the merged update) does not
-    # depend on the variant, which test_every_variant_trains_compiled covers: the variant
-    # with every option (RealFormer + NormFormer) and ETC (its own inputs) train and
-    # evaluate, and BERT trains in bfloat16.
-    cases = [("realformer_normformer", "none", True), ("etc", "none", True), ("bert", "bfloat16", False)]
-    code = f"TESTS = {TESTS!r}\nOUT = {str(tmp_path)!r}\nCASES = {cases!r}\n" + MIRRORED_SCRIPT
-    proc = subprocess.run([sys.executable, "-c", code], cwd=h.ROOT, env=h.script_env(), capture_output=True,
-                          text=True, timeout=1500)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"mirrored, compiled: train losses {report}")
-    assert sorted(report) == sorted(f"{v}-{p}" for v, p, _ in cases)
+# What MirroredStrategy adds (per-replica compiled steps, the merged update) does not
+# depend on the variant, which test_every_variant_trains_compiled covers: the variant
+# with every option (RealFormer + NormFormer) and ETC (its own inputs) train and
+# evaluate, and BERT trains in bfloat16.
+@pytest.mark.parametrize("variant,precision,evaluate", [("realformer_normformer", "none", True),
+                                                        ("etc", "none", True), ("bert", "bfloat16", False)])
+def test_compiled_training_under_mirrored_strategy(tmp_path, two_replicas, variant, precision, evaluate):
+    from realformer_tf.training.distribution import run_settings
+
+    with run_settings(None, precision):  # the dtype policy for this run only
+        trainer, metrics, evaluation, start = train(two_replicas, variant, True, str(tmp_path), evaluate=evaluate)
+    check_trained(trainer, metrics, evaluation, start)
+    print(f"mirrored, compiled, {variant}-{precision}: train loss {metrics['loss']}")
