@@ -87,9 +87,10 @@ bench-serving: $(TEST_STAMP)
 # Pretraining data on Apache Beam (docs/beam.md): the in-process path vs the DirectRunner
 # with 1 and 2 worker processes, on a corpus and on it twice (~15 min on 2 idle cores).
 # The corpus (reST text, or .xz) and the vocab are given: make bench-beam CORPUS=FILE VOCAB=FILE
+# [REPEATS=N: every leg N times, interleaved; the ratios use the medians]
 bench-beam: $(TEST_STAMP)
-	@test -n "$(CORPUS)" -a -n "$(VOCAB)" || { echo "usage: make bench-beam CORPUS=FILE VOCAB=FILE"; exit 2; }
-	$(PY) benchmarks/benchmark_beam_pretraining.py --corpus "$(CORPUS)" --vocab "$(VOCAB)" \
+	@test -n "$(CORPUS)" -a -n "$(VOCAB)" || { echo "usage: make bench-beam CORPUS=FILE VOCAB=FILE [REPEATS=N]"; exit 2; }
+	$(PY) benchmarks/benchmark_beam_pretraining.py --corpus "$(CORPUS)" --vocab "$(VOCAB)" --repeats $(or $(REPEATS),1) \
 	    --json_out benchmarks/results/beam_pretraining.json --markdown_out benchmarks/results/beam_pretraining.md
 
 # Copy the benchmark tables from benchmarks/results/ into README.md and docs/*.md

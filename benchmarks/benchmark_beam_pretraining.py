@@ -52,6 +52,9 @@ def parse_args(argv=None):
     p.add_argument("--max_documents", type=int, default=None, help="use the first N documents (a small run)")
     p.add_argument("--legs", default="in_process,beam_1,beam_2")
     p.add_argument("--sizes", default="1,2", help="corpus multiples (2: the corpus twice, as two files)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of every leg, interleaved (leg 1, leg 2, ..., leg 1, ...); the ratios use the "
+                        "median examples/s (this machine's speed drifts by ~10%% over minutes)")
     p.add_argument("--dupe_factor", type=int, default=5)
     p.add_argument("--max_seq_length", type=int, default=128)
     p.add_argument("--max_predictions_per_seq", type=int, default=20)
@@ -237,18 +240,37 @@ def leg_command(args, leg, files, output, size):
 # ---------------------------------------------------------------------------- report
 
 
+def _median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def medians(rows):
+    """{(leg, size): the leg's median examples/s over its runs}."""
+    keys = {(r["leg"], r["size"]) for r in rows}
+    return {k: _median([r["examples_per_s"] for r in rows if (r["leg"], r["size"]) == k]) for k in keys}
+
+
 def summarize(rows):
-    """The goals: Beam with 2 workers vs in-process (examples/s), and how a worker's peak
-    RSS moves when the corpus doubles (in-process: the process's)."""
-    by = {(r["leg"], r["size"]): r for r in rows}
-    out = {}
+    """The goals: Beam with 2 workers vs in-process (median examples/s over the runs; with
+    several runs, also the lowest and highest ratio of a run to the in-process run next to
+    it), and how a worker's peak RSS moves when the corpus doubles (in-process: the
+    process's; first runs)."""
+    rate, out = medians(rows), {}
     for size in sorted({r["size"] for r in rows}):
-        base = by.get(("in_process", size))
+        base = rate.get(("in_process", size))
         for leg in ("beam_1", "beam_2"):
-            if base and (leg, size) in by:
-                out[f"{leg}_speedup_x{size}"] = round(by[(leg, size)]["examples_per_s"] / base["examples_per_s"], 2)
+            if base and (leg, size) in rate:
+                out[f"{leg}_speedup_x{size}"] = round(rate[(leg, size)] / base, 2)
+                paired = [r["examples_per_s"] / b["examples_per_s"] for r in rows for b in rows
+                          if r["leg"] == leg and b["leg"] == "in_process" and r["size"] == b["size"] == size
+                          and r.get("run", 1) == b.get("run", 1)]
+                if len(paired) > 1:
+                    out[f"{leg}_speedup_x{size}_range"] = [round(min(paired), 2), round(max(paired), 2)]
+    by = {(r["leg"], r["size"]): r for r in rows if r.get("run", 1) == 1}
     for size in sorted({r["size"] for r in rows}):
-        digests = {by[(leg, size)]["md5"] for leg in ("beam_1", "beam_2") if (leg, size) in by}
+        digests = {r["md5"] for r in rows if r["leg"] != "in_process" and r["size"] == size}
         if digests:
             out[f"beam_same_bytes_x{size}"] = len(digests) == 1
     for leg in LEGS:
@@ -273,15 +295,16 @@ def markdown(result):
         f"{result['args']['documents_per_bucket']} documents per bucket, {result['args']['num_output_shards']} shards "
         f"(x2: {2 * result['args']['num_output_shards']}, shards of the same size). "
         f"{result['machine']}.", "",
-        "| corpus | path | examples | wall s | examples/s | vs in-process | peak RSS per worker (MB) | "
+        "| corpus | run | path | examples | wall s | examples/s | vs in-process (same run) | peak RSS per worker (MB) | "
         "launching process peak RSS (MB) | CPU s | other load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    base = {r["size"]: r for r in result["rows"] if r["leg"] == "in_process"}
+    base = {(r["size"], r.get("run", 1)): r for r in result["rows"] if r["leg"] == "in_process"}
     for r in result["rows"]:
-        ratio = f"{r['examples_per_s'] / base[r['size']]['examples_per_s']:.2f}x" if r["size"] in base else "-"
+        paired = base.get((r["size"], r.get("run", 1)))
+        ratio = f"{r['examples_per_s'] / paired['examples_per_s']:.2f}x" if paired else "-"
         workers = ", ".join(str(v) for v in r["worker_peak_rss_mb"]) or f"{r['controller_peak_rss_mb']} (the process)"
-        lines.append(f"| x{r['size']} | {names[r['leg']]} | {r['examples']} | {r['wall_s']:.1f} | "
+        lines.append(f"| x{r['size']} | {r.get('run', 1)} | {names[r['leg']]} | {r['examples']} | {r['wall_s']:.1f} | "
                      f"{r['examples_per_s']:.0f} | {ratio} | {workers} | {r['controller_peak_rss_mb']} | "
                      f"{r['cpu_s']:.0f} | {r['other_cpu_load']:.2f} |")
     lines += ["", "Wall time includes start-up (imports, the input checks, the Beam workers' start). "
@@ -304,10 +327,10 @@ def main(argv=None):
         print(f"corpus: {corpus}", flush=True)
         rows = []
         for size, files in corpora.items():
-            for leg in legs:
+            for run, leg in [(run, leg) for run in range(1, args.repeats + 1) for leg in legs]:
                 output = os.path.join(work_dir, f"out_{leg}_x{size}", "train")
                 os.makedirs(os.path.dirname(output), exist_ok=True)
-                row = dict(leg=leg, size=size, **run_leg(leg_command(args, leg, files, output, size), env))
+                row = dict(leg=leg, size=size, run=run, **run_leg(leg_command(args, leg, files, output, size), env))
                 row["records"], row["md5"] = output_digest(output)
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k != "output_tail"}), flush=True)

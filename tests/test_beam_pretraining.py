@@ -152,8 +152,8 @@ def test_example_bytes_are_model_gardens_features(tmp_path, corpus):
                                dupe_factor=1)
     for v2 in (False, True):
         config = dataclasses.replace(config, use_v2_feature_names=v2)
-        instances = list(be.bucket_instances(be.tokenize_documents(documents[:10], tokenizer), config,
-                                             random.Random(0), list(tokenizer.vocab.keys()), mg))[:20]
+        instances = list(be.round_instances(be.tokenize_documents(documents[:10], tokenizer), config,
+                                            random.Random(0), list(tokenizer.vocab.keys()), mg))[:20]
         path = str(tmp_path / f"mg_{v2}.tfrecord")
         mg.write_instance_to_example_files(instances, tokenizer, MAX_SEQ, MAX_PRED, [path], False, v2)
         theirs = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path)]
@@ -176,6 +176,39 @@ def test_batches_merge_in_key_order_whatever_the_order_they_arrive_in():
     for _ in range(3):
         rng.shuffle(batches)
         assert list(ps.merge_batches(batches)) == merged
+
+
+def test_tokens_files_read_back_what_was_written(tmp_path):
+    """A bucket's tokenized documents go to a file that each of its rounds reads."""
+    from realformer_tf.data import pretraining_shards as ps
+
+    documents = [[["the", "caf", "##\u00e9", "."], ["[UNK]", "\u4e2d"]], [["x"]], [["a", "##b", ","], ["!"], ["##9"]]]
+    path = str(tmp_path / "tokens")
+    ps.write_tokens_file(path, documents)
+    assert ps.read_tokens_file(path) == documents
+    ps.write_tokens_file(path, [])
+    assert ps.read_tokens_file(path) == []
+    assert os.listdir(tmp_path) == ["tokens"]  # no temporary left
+
+
+def test_local_workers_end_without_teardown_unless_an_exception_is_pending(monkeypatch):
+    """DirectRunner worker processes skip Python's teardown once their harness is done,
+    but an uncaught exception keeps its exit status."""
+    import sys
+
+    from realformer_tf.data import beam_pretraining as bp
+
+    registered, exits = [], []
+    monkeypatch.setattr(bp.atexit, "register", registered.append)
+    monkeypatch.setattr(bp.os, "_exit", exits.append)
+    bp.end_without_teardown()
+    (end_now,) = registered
+    monkeypatch.delattr(sys, "last_value", raising=False)
+    end_now()
+    assert exits == [0]
+    monkeypatch.setattr(sys, "last_value", RuntimeError("the harness failed"), raising=False)
+    end_now()
+    assert exits == [0]  # not called again: Python ends the process with status 1
 
 
 def test_document_names_do_not_depend_on_where_the_corpus_is():

@@ -10,17 +10,26 @@ so that no worker ever holds the corpus:
    the same ids.
 2. Bucket: each document goes to bucket `hash(seed, id) % B`, with
    B = ceil(documents / documents_per_bucket) (a count over the corpus, not a guess).
-3. Create: each bucket, its documents sorted by id, is tokenized and turned into
-   instances exactly as Model Garden does for the whole corpus (its
-   `create_instances_from_document`: pairs, a random next segment from another document
-   of the same bucket, dupe_factor rounds, 80/10/10 masking), with a `random.Random`
-   seeded from (seed, bucket). A worker holds one bucket.
-4. Shuffle and write: each serialized tf.Example is keyed by hash(seed, bucket, index);
-   shard = key % N. A bucket writes its examples to a file of the run, one sorted batch
-   per shard, and only where each batch lies goes through the runner's shuffle; a
+3. Tokenize: each bucket, its documents sorted by id, is tokenized once, shuffled with a
+   `random.Random` seeded from (seed, bucket) (as Model Garden shuffles the corpus
+   before its rounds), and written to a file of the run.
+4. Create: each of the bucket's dupe_factor rounds, on whichever worker the runner deals
+   it to, turns the bucket's documents into instances exactly as Model Garden does for
+   the whole corpus (its `create_instances_from_document`: pairs, a random next segment
+   from another document of the same bucket, 80/10/10 masking), with a `random.Random`
+   seeded from (seed, bucket, round). A worker holds one bucket.
+5. Shuffle and write: each serialized tf.Example is keyed by hash(seed, bucket, round,
+   index); shard = key % N. A round writes its examples to a file of the run, one sorted
+   batch per shard, and only where each batch lies goes through the runner's shuffle; a
    shard's examples are written in key order to `PREFIX-00000-of-0000N` (Beam's shard
    name template), under a temporary name that the launching process renames once the
    whole pipeline has succeeded.
+
+Why rounds, not buckets, are the unit of work: the DirectRunner deals a stage's elements
+to its workers once, in equal numbers, with no stealing later, and documents differ in
+length by a thousand times, so whole buckets left one of two workers idle for the last
+~10% of the stage; a round is a fifth of a bucket (at dupe_factor 5) and a bucket's
+rounds go to both workers.
 
 This module wires the steps into a pipeline; one bucket's work is
 `bucket_examples.py`, the shard files and batches are `pretraining_shards.py`.
@@ -30,18 +39,21 @@ give the same bytes on any runner with any number of workers. Apache Beam is an 
 (`realformer_tf[beam]`) and is imported only when a pipeline is built.
 """
 
+import atexit
 import dataclasses
 import hashlib
 import math
 import os
 import random
+import sys
 import time
 
 from realformer_tf.data.bucket_examples import (
-    bucket_instances, example_bytes, read_documents, seeded_global_random, tokenize_documents)
+    example_bytes, read_documents, round_instances, seeded_global_random, tokenize_documents)
 from realformer_tf.data.pretraining_shards import (
-    bucket_file_name, commit_shards, merge_batches, new_run_token, pack_batch, read_batch,
-    remove_run_temporaries, run_temporary_name, shard_name, write_bucket_file, write_records)
+    bucket_file_name, commit_shards, merge_batches, new_run_token, pack_batch, read_batch, read_tokens_file,
+    remove_run_temporaries, run_temporary_name, shard_name, tokens_file_name, write_bucket_file, write_records,
+    write_tokens_file)
 from realformer_tf.errors import InputError, UsageError
 from realformer_tf.fileio import commit, gfile, temporary_name
 
@@ -127,7 +139,7 @@ class _Throughput:
         self.documents = self.examples = 0
         self.start = self.last = time.time()
 
-    def add(self, documents=0, examples=0):
+    def add(self, documents=0.0, examples=0):
         self.documents += documents
         self.examples += examples
         now = time.time()
@@ -135,7 +147,7 @@ class _Throughput:
             self.last = now
             seconds = max(now - self.start, 1e-9)
             examples = f", {self.examples} examples ({self.examples / seconds:.0f}/s)" if self.with_examples else ""
-            print(f"  [worker {os.getpid()}] {self.what}: {self.documents} documents "
+            print(f"  [worker {os.getpid()}] {self.what}: {self.documents:.0f} documents "
                   f"({self.documents / seconds:.0f}/s){examples}", flush=True)
 
 
@@ -186,49 +198,99 @@ class KeyByBucket:
         return stable_int(self.seed, *document[0]) % buckets, document
 
 
-class CreateExamples(_LazyStep):
-    """(bucket, documents) -> (shard, (path, offset, length)) for each shard the bucket's
-    examples go to: the bucket's serialized examples are written to one file of the run
-    (a batch per shard, sorted by key, back to back), and only where each batch lies
-    goes through the runner's shuffle.
+class TokenizeBucket(_LazyStep):
+    """(bucket, documents) -> (bucket, round, tokens file) for each of the dupe_factor
+    rounds: the bucket's documents are tokenized once, put in the bucket's random order
+    and written to a file of the run, which each round reads."""
 
-    So the shuffle moves a few bytes per bucket and shard, not the examples: on the
+    def __init__(self, config, run_token):
+        self.config, self.run_token = config, run_token
+
+    def __call__(self, bucket_documents):
+        if self._state is None:
+            from official.nlp.tools import tokenization
+
+            self._state = (tokenization.FullTokenizer(self.config.vocab_file, self.config.do_lower_case),
+                           _counter("documents"))
+        tokenizer, documents_counter = self._state
+        bucket, documents = bucket_documents
+        all_documents = tokenize_documents(documents, tokenizer)
+        documents_counter.inc(len(all_documents))
+        if not all_documents:
+            return []
+        random.Random(stable_int(self.config.random_seed, "bucket", bucket)).shuffle(all_documents)
+        path = tokens_file_name(self.config.output_prefix, self.run_token, bucket)
+        write_tokens_file(path, all_documents)
+        return [(bucket, round_index, path) for round_index in range(self.config.dupe_factor)]
+
+
+class CreateExamples(_LazyStep):
+    """(bucket, round, tokens file) -> (shard, (path, offset, length)) for each shard the
+    round's examples go to: the round's serialized examples are written to one file of
+    the run (a batch per shard, sorted by key, back to back), and only where each batch
+    lies goes through the runner's shuffle.
+
+    So the shuffle moves a few bytes per round and shard, not the examples: on the
     DirectRunner the launching process, which holds the shuffle, and each worker, which
     gets its whole share of a shuffled stage at once, would otherwise hold a part of the
     corpus in proportion to its size. A worker holds one bucket here, and one shard
     while it writes it.
+
+    Args:
+      config: the PipelineConfig.
+      run_token: the run's temporary names (`pretraining_shards.new_run_token`).
+      launcher_pid: set when the workers are local processes of the DirectRunner (its
+        multi_processing mode): the launching process's pid. Those workers then end
+        without Python's teardown (`end_without_teardown`).
     """
 
-    def __init__(self, config, run_token):
-        self.config, self.run_token = config, run_token
+    def __init__(self, config, run_token, launcher_pid=None):
+        self.config, self.run_token, self.launcher_pid = config, run_token, launcher_pid
 
     def _setup(self):
         from official.nlp.data import create_pretraining_data as mg
         from official.nlp.tools import tokenization
 
+        if self.launcher_pid is not None and os.getpid() != self.launcher_pid:
+            end_without_teardown()
         tokenizer = tokenization.FullTokenizer(self.config.vocab_file, self.config.do_lower_case)
-        self._state = (mg, tokenizer, list(tokenizer.vocab.keys()), _Throughput("created"),
-                       _counter("documents"), _counter("examples"))
+        self._state = (mg, tokenizer, list(tokenizer.vocab.keys()), _Throughput("created"), _counter("examples"))
 
-    def __call__(self, bucket_documents):
+    def __call__(self, bucket_round):
         if self._state is None:
             self._setup()
-        mg, tokenizer, vocab_words, progress, documents_counter, examples_counter = self._state
-        bucket, documents = bucket_documents
+        mg, tokenizer, vocab_words, progress, examples_counter = self._state
+        bucket, round_index, tokens_path = bucket_round
         seed, shards = self.config.random_seed, self.config.num_output_shards
-        all_documents = tokenize_documents(documents, tokenizer)
-        progress.add(documents=len(all_documents))
-        documents_counter.inc(len(all_documents))
-        rng = random.Random(stable_int(seed, "bucket", bucket))
+        all_documents = read_tokens_file(tokens_path)
+        # A document counts once over its dupe_factor rounds.
+        progress.add(documents=len(all_documents) / self.config.dupe_factor)
+        rng = random.Random(stable_int(seed, "round", bucket, round_index))
         by_shard = {}
-        with seeded_global_random(stable_int(seed, "ngram", bucket), bool(self.config.max_ngram_size)):
-            for index, instance in enumerate(bucket_instances(all_documents, self.config, rng, vocab_words, mg)):
-                key = stable_int(seed, "example", bucket, index)
+        with seeded_global_random(stable_int(seed, "ngram", bucket, round_index), bool(self.config.max_ngram_size)):
+            for index, instance in enumerate(round_instances(all_documents, self.config, rng, vocab_words, mg)):
+                key = stable_int(seed, "example", bucket, round_index, index)
                 by_shard.setdefault(key % shards, []).append((key, example_bytes(instance, tokenizer, self.config, mg)))
                 progress.add(examples=1)
         examples_counter.inc(sum(len(batch) for batch in by_shard.values()))
         batches = [(shard, pack_batch(batch)) for shard, batch in sorted(by_shard.items())]
-        return write_bucket_file(bucket_file_name(self.config.output_prefix, self.run_token, bucket), batches)
+        name = bucket_file_name(self.config.output_prefix, self.run_token, bucket, round_index)
+        return write_bucket_file(name, batches)
+
+
+def end_without_teardown():
+    """Makes this worker process end at once when its Beam harness is done, skipping
+    Python's teardown: with TensorFlow imported that takes over a second, and the
+    DirectRunner waits for its workers to exit (2.5 s at the end of every run, measured).
+    By then the worker's files are written and its results reported. After an uncaught
+    exception the process ends as Python would, with its status."""
+    def end_now():
+        if getattr(sys, "last_value", None) is None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+    atexit.register(end_now)
 
 
 class WriteShard:
@@ -282,8 +344,9 @@ def import_beam():
     return apache_beam
 
 
-def build_pipeline(pipeline, config, run_token):
-    """Adds the steps to the Beam `pipeline`; returns the PCollection of (shard, count)."""
+def build_pipeline(pipeline, config, run_token, launcher_pid=None):
+    """Adds the steps to the Beam `pipeline`; returns the PCollection of (shard, count).
+    `launcher_pid`: see CreateExamples."""
     import apache_beam as beam
 
     names = document_names(config.input_files)
@@ -295,7 +358,10 @@ def build_pipeline(pipeline, config, run_token):
         | "KeyByBucket" >> beam.Map(KeyByBucket(config.random_seed, config.documents_per_bucket),
                                     num_documents=beam.pvalue.AsSingleton(num_documents))
         | "GroupBuckets" >> beam.GroupByKey()
-        | "CreateExamples" >> beam.FlatMap(CreateExamples(config, run_token))
+        | "TokenizeBuckets" >> beam.FlatMap(TokenizeBucket(config, run_token))
+        # A new stage, so that the runner deals the rounds to its workers one by one.
+        | "SpreadRounds" >> beam.Reshuffle()
+        | "CreateExamples" >> beam.FlatMap(CreateExamples(config, run_token, launcher_pid))
     )
     every_shard = pipeline | "ShardIds" >> beam.Create([(i, None) for i in range(config.num_output_shards)])
     return (
@@ -314,14 +380,16 @@ def run_pipeline(config, pipeline_args, runner):
     this: a bad input must not cost a pipeline start.
     """
     beam = import_beam()
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
     from apache_beam.runners.runner import PipelineState
 
     options = PipelineOptions(with_quiet_local_workers(pipeline_args, runner), runner=runner)
     run_token, start = new_run_token(), time.time()
     try:
         pipeline = beam.Pipeline(options=options)
-        build_pipeline(pipeline, config, run_token)
+        local_workers = ("direct" in str(runner).lower()
+                         and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
+        build_pipeline(pipeline, config, run_token, os.getpid() if local_workers else None)
         result = pipeline.run()
         # Waited for even with --no_wait_until_finish: the shards are renamed into place
         # only once every one of them is written.

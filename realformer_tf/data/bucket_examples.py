@@ -2,8 +2,9 @@
 `create_pretraining_data.py` makes them for a whole corpus (pairs, a random next segment
 from another document of the same bucket, dupe_factor rounds, 80/10/10 masking).
 
-Plain functions with no Beam in them: `beam_pretraining.CreateExamples` calls them in a
-worker, one bucket at a time.
+Plain functions with no Beam in them: `beam_pretraining.TokenizeBucket` and
+`CreateExamples` call them in a worker, one bucket (tokenizing) or one round of a bucket
+(making instances) at a time.
 """
 
 import contextlib
@@ -40,16 +41,15 @@ def tokenize_documents(documents, tokenizer):
     return tokenized
 
 
-def bucket_instances(all_documents, config, rng, vocab_words, mg):
-    """Model Garden's `create_training_instances` loop, on one bucket's documents:
-    shuffled, then dupe_factor rounds over every document. Yields TrainingInstances."""
-    rng.shuffle(all_documents)
-    for _ in range(config.dupe_factor):
-        for index in range(len(all_documents)):
-            yield from mg.create_instances_from_document(
-                all_documents, index, config.max_seq_length, config.short_seq_prob,
-                config.masked_lm_prob, config.max_predictions_per_seq, vocab_words, rng,
-                config.do_whole_word_mask, config.max_ngram_size)
+def round_instances(all_documents, config, rng, vocab_words, mg):
+    """One of Model Garden's `create_training_instances` rounds (it makes `dupe_factor`
+    of them over the whole corpus), on one bucket's documents in their shuffled order:
+    the instances of every document, each with another mask. Yields TrainingInstances."""
+    for index in range(len(all_documents)):
+        yield from mg.create_instances_from_document(
+            all_documents, index, config.max_seq_length, config.short_seq_prob,
+            config.masked_lm_prob, config.max_predictions_per_seq, vocab_words, rng,
+            config.do_whole_word_mask, config.max_ngram_size)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """The files of a sharded pretraining-data run: `PREFIX-00000-of-0000N` shard names,
-the run's temporary files, and the batches that carry one bucket's examples for one
-shard from the worker that made them to the worker that writes the shard.
+the run's temporary files (a bucket's tokenized documents, read by each of its rounds;
+the batches that carry one round's examples for one shard from the worker that made them
+to the worker that writes the shard).
 
 Nothing appears under a final shard name until the whole run has succeeded: shards are
 written under the run's temporary names and renamed into place by the launching process
@@ -42,27 +43,58 @@ def new_run_token():
     return f"run-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def bucket_file_name(prefix, run_token, bucket):
-    """A bucket's examples while the run lasts (removed with the run's other temporaries)."""
-    return f"{prefix}.incomplete-{run_token}.bucket-{bucket:06d}"
+def bucket_file_name(prefix, run_token, bucket, round_index):
+    """One round of a bucket's examples while the run lasts (removed with the run's other
+    temporaries)."""
+    return f"{prefix}.incomplete-{run_token}.bucket-{bucket:06d}-round-{round_index:03d}"
 
 
-def write_bucket_file(path, batches):
-    """Writes [(shard, batch)] back to back to `path` (atomically: a retried bundle writes
-    the same bytes under its own temporary name); returns [(shard, (path, offset, length))]."""
-    refs, offset = [], 0
+def tokens_file_name(prefix, run_token, bucket):
+    """A bucket's tokenized documents while the run lasts, read by each of its rounds."""
+    return f"{prefix}.incomplete-{run_token}.bucket-{bucket:06d}-tokens"
+
+
+def _write_atomically(path, chunks):
+    """Writes the bytes `chunks` to `path` under a temporary name, then renames it: a
+    retried bundle writes the same bytes under its own temporary name."""
     attempt = temporary_name(path)
     try:
         with gfile().GFile(attempt, "wb") as f:
-            for shard, batch in batches:
-                f.write(batch)
-                refs.append((shard, (path, offset, len(batch))))
-                offset += len(batch)
+            for chunk in chunks:
+                f.write(chunk)
         commit(attempt, path)
     finally:
         if gfile().exists(attempt):
             gfile().remove(attempt)
+
+
+def write_bucket_file(path, batches):
+    """Writes [(shard, batch)] back to back to `path`; returns
+    [(shard, (path, offset, length))]."""
+    refs, offset = [], 0
+    for shard, batch in batches:
+        refs.append((shard, (path, offset, len(batch))))
+        offset += len(batch)
+    _write_atomically(path, [batch for _, batch in batches])
     return refs
+
+
+# Tokenized documents as text: tokens joined by spaces, a document's lines by newlines,
+# documents by blank lines. WordPiece tokens never hold whitespace (the tokenizer splits
+# on it), so this reads back exactly, and it is plain text, not code (unlike a pickle).
+
+
+def write_tokens_file(path, documents):
+    """Writes [[[token, ...] per line] per document] to `path`."""
+    text = "\n\n".join("\n".join(" ".join(line) for line in document) for document in documents)
+    _write_atomically(path, [text.encode("utf-8")])
+
+
+def read_tokens_file(path):
+    """The documents `write_tokens_file` wrote."""
+    with gfile().GFile(path, "rb") as f:
+        text = f.read().decode("utf-8")
+    return [[line.split(" ") for line in document.split("\n")] for document in text.split("\n\n")] if text else []
 
 
 def read_batch(ref):
@@ -73,7 +105,7 @@ def read_batch(ref):
         return f.read(length)
 
 
-# A batch: one bucket's examples for one shard, sorted by key, as one bytes object:
+# A batch: one round of a bucket's examples for one shard, sorted by key, as one bytes object:
 # count (4 bytes), the keys (8 bytes each), the records' lengths (4 bytes each), the
 # records. One object instead of a tuple per example: the runner moves and the writer
 # holds a shard's data at about its size, with no per-example Python object.
@@ -118,7 +150,7 @@ def remove_run_temporaries(config, run_token):
     """Removes what a failed run left under its temporary names (nothing after a success)."""
     import tensorflow as tf
 
-    for path in tf.io.gfile.glob(f"{config.output_prefix}*.incomplete-{run_token}*"):  # shards and bucket files
+    for path in tf.io.gfile.glob(f"{config.output_prefix}*.incomplete-{run_token}*"):  # shards, tokens and bucket files
         tf.io.gfile.remove(path)
 
 
