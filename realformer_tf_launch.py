@@ -37,24 +37,7 @@ def run(program):
     if importlib.util.find_spec("tensorflow") is None:
         sys.exit(f"error: {os.path.basename(sys.argv[0])} needs TensorFlow, which is not installed: "
                  "pip install 'realformer_tf[cpu]' (or [gpu]); on a TPU VM, `make install-tpu`")
-    module = importlib.import_module(f"realformer_tf.app.{program}")
-    status = module.main(sys.argv)
-    if getattr(module, "ENDS_WITHOUT_TEARDOWN", False):
-        end_now(status)
-    sys.exit(status)
-
-
-def end_now(status):
-    """Ends the process with `status` without Python's teardown, which takes 1.5-2 s
-    once TensorFlow is imported. Only for programs whose outputs are all written,
-    closed and renamed into place when `main` returns (ENDS_WITHOUT_TEARDOWN = True in
-    the program's module): what the teardown would still do is free memory."""
-    from absl import logging
-
-    logging.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    sys.exit(importlib.import_module(f"realformer_tf.app.{program}").main(sys.argv))
 
 
 def pretrain():

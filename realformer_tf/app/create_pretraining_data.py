@@ -40,10 +40,6 @@ from realformer_tf.data.text_files import check_utf8
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.fileio import commit, temporary_name
 
-# Every output is written, closed and renamed into place when main() returns, so the
-# console script ends the process without Python's teardown (realformer_tf_launch.end_now).
-ENDS_WITHOUT_TEARDOWN = True
-
 
 def define_flags(fv):
     """The original create_pretraining_data.py flags (and Model Garden's output options)
