@@ -47,7 +47,7 @@ PYTEST_WORKERS ?= 3
 # The backend legs: three files, faster on two workers than three (measured 94 + 35 s vs 115 + 48 s).
 BACKEND_WORKERS ?= 2
 test: $(TEST_STAMP)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=10 tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=25 tests
 	$(PY) -m pytest -q -m serial tests
 	KERAS_BACKEND=jax $(PY) -m pytest -q -n $(BACKEND_WORKERS) --dist loadfile $(BACKEND_TESTS)
 	@if $(PY) -c "import torch" 2>/dev/null; then \
