@@ -15,6 +15,9 @@ seeded study's commands and numbers.
     --train_input_file=/tmp/real/train.tfrecord --eval_input_file=/tmp/real/eval.tfrecord \
     --vocab_file=$BERT_BASE_DIR/vocab.txt
 
+  # the report of the runs finished so far, while a study runs in parts
+  python experiments/reproduce.py --budget=study --output_dir=/tmp/study ... --report_only
+
   # one run again from its seed (names as in results.md), into a fresh folder
   python experiments/reproduce.py --budget=study --output_dir=/tmp/check ... \
     --only=realformer_L12_lr0.003_s2_n6000
@@ -100,6 +103,8 @@ flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A 
                      "reproducible for a fixed thread count; rerun a single run with the same value.")
 flags.DEFINE_list("only", None, "Train only these runs (names as in results.md, e.g. "
                   "bert_L4_lr0.003_s1_n6000), to reproduce them; writes no report.")
+flags.DEFINE_bool("report_only", False, "Train nothing: write the report from the runs finished so far "
+                  "(the others listed as not finished), e.g. while a long study runs in parts.")
 flags.DEFINE_string("worker", None, "Internal: 'k/n', this process is worker k of n.")
 # Overrides of the budget preset (None: the preset's value).
 flags.DEFINE_enum("model", None, ["tiny", "narrow", "mini", "small"], "Model size preset.")
@@ -393,6 +398,8 @@ def main(argv):
     cli.require(set(probe) <= set(variants), "--probe_variants must be a subset of --variants")
     budget = _budget()
     _check_budget(budget)
+    cli.require(not (FLAGS.only and FLAGS.report_only), "--only trains runs and --report_only trains none; "
+                                                         "give one of them")
     FLAGS.output_dir = os.path.abspath(FLAGS.output_dir) if "://" not in FLAGS.output_dir else FLAGS.output_dir
     tf.io.gfile.makedirs(FLAGS.output_dir)
     train_file, eval_file, data_note = _check_inputs(budget, FLAGS.output_dir)
@@ -406,6 +413,11 @@ def main(argv):
         json.dump(state, f, indent=2)
     repro = _reproduction(state)
     _sync_archive(repro, archive_dir)
+    if FLAGS.report_only:
+        report, results = _report(repro, state)
+        unfinished = sum(r.status in ("missing", "failed") for r in results)
+        print(f"Report of {len(results) - unfinished} finished run(s), {unfinished} not finished: {report}", flush=True)
+        return
     runs = _selected(repro)
     workers = min(FLAGS.workers, len(runs))
     print(f"Study: {len(runs)} run{'s' if len(runs) != 1 else ''} ({len(variants)} variants, depths {budget.layer_counts}, seeds "

@@ -481,6 +481,18 @@ def test_reproduce_toy_end_to_end(tmp_path):
 
     assert undated((tmp_path / "moved" / "results.md").read_text()) == undated(report)
     assert json.load(open(tmp_path / "moved" / "claims.json")) == claims
+
+    # A third seed, reported before it is trained: the 10 finished runs, the 5 others listed.
+    partial = [a for a in moved if not a.startswith(("--output_dir=", "--seeds="))]
+    partial += [f"--output_dir={tmp_path / 'partial'}", "--seeds=1,2,3", f"--archive_dir={archive}"]
+    interim = h.run_script("experiments/reproduce.py", *partial, "--report_only")
+    _check(interim, "reproduce.py --report_only")
+    assert "Report of 10 finished run(s), 5 not finished" in interim.stdout and "training " not in interim.stdout
+    interim_report = (tmp_path / "partial" / "results.md").read_text()
+    assert "| Post-LN BERT | 2 | 2/3 | " in interim_report
+    assert "realformer_L2_lr0.001_s3_n5" in interim_report.split("Not finished:")[1]
+    both = h.run_script("experiments/reproduce.py", *partial, "--report_only", f"--only={name}")
+    h.one_error_line(both, "--only", "--report_only")
     wrong = h.run_script("experiments/reproduce.py", *args, "--only=bert_L9_lr1_s1_n5")
     assert wrong.returncode == 1 and "is not a run of this grid" in wrong.stderr
 
