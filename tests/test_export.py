@@ -154,6 +154,22 @@ def test_encode_matches_convert_single_example(vocab_file, lower, max_seq_length
     np.testing.assert_array_equal(ids, got["input_ids"])
 
 
+def test_encoders_of_different_vocabs_never_share_a_table(tmp_path, monkeypatch):
+    """TensorFlow names a file-backed table after str(filename). For an Asset that string
+    holds the object's address, which a later Asset can reuse while the first table still
+    lives: a second encoder then got the first one's vocab, silently (seen in a test
+    run). Made deterministic here by giving every plain Asset the same string."""
+    monkeypatch.setattr(tf.saved_model.Asset, "__repr__", lambda self: "<asset>")
+    first = _write_vocab(tmp_path / "first.txt")
+    (tmp_path / "second.txt").write_text("".join(t + "\n" for t in reversed(VOCAB)), encoding="utf-8")
+    kept = _encoder(first)  # alive while the second is built
+    second = _encoder(str(tmp_path / "second.txt"))
+    ids = second.encode(_strings([("the cat", "")], 0), _strings([("", "")], 0))["input_ids"].numpy()[0]
+    reversed_ids = {t: len(VOCAB) - 1 - i for i, t in enumerate(VOCAB)}
+    assert ids[:4].tolist() == [reversed_ids[t] for t in ("[CLS]", "the", "cat", "[SEP]")]
+    assert kept.encode(_strings([("the cat", "")], 0), _strings([("", "")], 0))["input_ids"].numpy()[0, 1] == 5
+
+
 def _squad_reference(pairs, vocab_file, tmp_path, max_seq_length=MAX_SEQ_LENGTH):
     """run_squad's featurization (squad_lib): the first doc_stride window per question."""
     data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [

@@ -28,6 +28,8 @@ Python's `unicodedata` and TensorFlow's ICU/RE2 tables disagree.
 The serving signatures (`serving.signatures`) run this encoder in front of the model.
 """
 
+import uuid
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -105,6 +107,25 @@ def longest_first_lengths(len_a, len_b, budget):
     return tf.where(fits, len_a, a), tf.where(fits, len_b, b)
 
 
+class _VocabAsset(tf.saved_model.Asset):
+    """The vocab file as a SavedModel asset, with a string unique to its encoder.
+
+    TensorFlow names a file-backed lookup table after str(filename) and, within a
+    process, shares tables by name. A plain Asset's string is its object address, which
+    a later encoder's Asset can reuse while this encoder's table still lives: that
+    encoder would then silently look up this vocab. (An anonymous table avoids the
+    sharing too, but TF1 loaders such as saved_model_cli and TF Serving then never
+    initialize it.)
+    """
+
+    def __init__(self, path):
+        super().__init__(path)
+        self._name = f"vocab asset {uuid.uuid4().hex}"
+
+    def __repr__(self):
+        return f"<{self._name}>"
+
+
 class BertTextEncoder(tf.Module):
     """Raw text -> BERT inputs, as the training scripts build them, in the graph.
 
@@ -125,7 +146,7 @@ class BertTextEncoder(tf.Module):
         self.pair_truncation = pair_truncation
         self.max_query_length = max_query_length
         self.pad_to_max_seq_length = bool(pad_to_max_seq_length)
-        self.vocab_file = tf.saved_model.Asset(vocab_asset_path)
+        self.vocab_file = _VocabAsset(vocab_asset_path)
         initializer = tf.lookup.TextFileInitializer(
             self.vocab_file, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
             tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER)
