@@ -601,3 +601,8 @@ def test_stability_verdict_compares_the_largest_stable_learning_rates(tmp_path):
     assert claim.verdict == "reproduced" and "0.01 vs 0.001" in claim.evidence
     table = "\n".join(study_report.sweep_table(repro, results, baseline))
     assert "(2/2 diverged)" in table and "| 0.01 |" in table
+    # A study in progress: runs not finished yet count for nothing, not as collapsed.
+    interim = [experiments.RunResult(r.run, "missing", {}, 0.0, 0)
+               if r.run.seed == 2 and r.run.learning_rate != 1e-1 else r for r in results]
+    assert study_stats.max_stable_lr(repro, interim, "realformer", baseline) == 1e-2
+    assert "| 0.3000 | " in "\n".join(study_report.sweep_table(repro, interim, baseline))

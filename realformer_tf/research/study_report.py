@@ -149,7 +149,7 @@ def stability_claims(repro, results, baseline):
         claims.append(Claim(source, f"{title(variant)} trains at larger learning rates than "
                             f"{title(other)}", verdict,
                             f"largest stable lr {format_lr(a) if a else 'none'} vs {format_lr(b) if b else 'none'} "
-                            f"(every sweep seed trained, accuracy above the unigram baseline + 0.01)"))
+                            f"(every finished sweep seed trained, accuracy above the unigram baseline + 0.01)"))
     return claims
 
 

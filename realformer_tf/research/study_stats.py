@@ -92,11 +92,13 @@ def depth_results(repro, results, variant, layers):
 
 
 def sweep_results(repro, results, variant, lr):
+    """The finished sweep runs of `variant` at `lr` (trained or diverged): a run not
+    finished yet, or one that crashed, says nothing about stability."""
     b = repro.budget
     steps = b.sweep_train_steps or b.num_train_steps
     return [r for r in results if r.run.variant == variant and r.run.learning_rate == lr
             and r.run.steps == steps and r.run.layers == b.layer_counts[0]
-            and r.run.seed in (b.sweep_seeds or b.seeds)]
+            and r.run.seed in (b.sweep_seeds or b.seeds) and r.status in ("done", "diverged")]
 
 
 def sweep_lrs(budget):
@@ -110,7 +112,7 @@ def collapsed(result, baseline, margin=0.01):
 
 
 def max_stable_lr(repro, results, variant, baseline):
-    """The largest sweep learning rate at which every seed trained (None: none did)."""
+    """The largest sweep learning rate at which every finished seed trained (None: none did)."""
     stable = [lr for lr in sweep_lrs(repro.budget)
               if (runs := sweep_results(repro, results, variant, lr))
               and all(r.status == "done" and not collapsed(r, baseline) for r in runs)]
