@@ -44,7 +44,7 @@ preset's value; realformer_tf/research/grid.py BUDGETS has them all):
          the very start of training only.
   study  hidden 64, 4 heads, intermediate 256, 4 and 12 layers, dropout 0, sequence
          length 64, batch 32, 6,000 steps at lr 3e-3, seeds 1-3; sweep: 4 layers, 3,000
-         steps at lr 1e-3, 3e-3, 1e-2, 3e-2, seeds 1-2. 84 runs, about 4 hours on 2
+         steps at lr 1e-3, 3e-3, 1e-2, 3e-2, seeds 1-2. 84 runs, about 5 hours on 2
          idle cores with 2 workers.
 Evaluation runs in this process with the library's pretraining task and training loop
 (run_pretraining.py's --do_eval would read the training --input_file), over exactly the

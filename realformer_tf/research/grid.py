@@ -80,8 +80,8 @@ BUDGETS = {
     # variants x 3 seeds, and a 4-point learning-rate sweep x 2 seeds. The steps and
     # learning rate are the pilot's (docs/study.md): the first setting at which Post-LN
     # BERT at 4 layers leaves the context-free plateau (held-out accuracy >= copy +
-    # unigram + 0.10). Sized from measured step times for about 4 hours on 2 CPU cores
-    # (2 single-threaded workers).
+    # unigram + 0.10). Sized from measured run times: about 5 hours
+    # on 2 CPU cores (2 single-threaded workers).
     "study": Budget(model="narrow", num_train_steps=6000, train_batch_size=32, num_warmup_steps=600,
                     learning_rate=3e-3, sweep_learning_rates=(1e-3, 1e-2, 3e-2), sweep_train_steps=3000,
                     sweep_warmup_steps=300, depths=(4, 12), seeds=(1, 2, 3), sweep_seeds=(1, 2),
