@@ -72,74 +72,75 @@ from absl import flags  # noqa: E402
 from realformer_tf import app  # noqa: E402
 from realformer_tf.jobs import cli  # noqa: E402
 
-flags.DEFINE_string("output_dir", None, "Where every run, the report and the plots go.")
-flags.DEFINE_enum("budget", "small", ["toy", "small", "study"], "Preset of the grid: model size, depths, "
-                  "seeds, steps, batch sizes, learning rates.")
-flags.DEFINE_string("variants", "all", "Comma-separated variant names (realformer_tf.models.variants): "
-                    "bert, pre_ln, realformer, realformer_mean, normformer, realformer_normformer "
-                    "('all': these six).")
-flags.DEFINE_string("probe_variants", "all", "Variants also trained in the learning-rate sweep "
-                    "(comma-separated subset of --variants, or 'all').")
-flags.DEFINE_string("train_input_file", None, "Pretraining TFRecords to train on.")
-flags.DEFINE_string("eval_input_file", None, "Held-out pretraining TFRecords to evaluate on.")
-flags.DEFINE_string("text_file", None, "Raw text instead of TFRecords (create_pretraining_data.py's "
-                    "format); the records are built into output_dir/data.")
-flags.DEFINE_string("eval_text_file", None, "Held-out raw text (default: every "
-                    "--eval_every_n_documents-th document of --text_file).")
-flags.DEFINE_integer("eval_every_n_documents", 10, "Hold out every n-th document of --text_file.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab: needed with --text_file; with TFRecords it "
-                    "sets vocab_size (else --vocab_size).")
-flags.DEFINE_bool("do_lower_case", True, "For --text_file.")
-flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data.py's dupe_factor for the training text.")
-flags.DEFINE_integer("vocab_size", 30522, "Model vocab size when no --vocab_file is given.")
-flags.DEFINE_bool("analysis", True, "Run the attention analysis over the trained checkpoints.")
-flags.DEFINE_string("archive_dir", None, "Also keep each finished run's small files (results, timing, "
-                    "learning curves, attention statistics; no checkpoints) in ARCHIVE_DIR/<run name>/, "
-                    "and restore the runs kept there into --output_dir first: the study continues "
-                    "on another machine, or after --output_dir is lost, without training them again.")
-flags.DEFINE_integer("workers", 2, "Runs trained at once, each in its own process (one per CPU core "
-                     "is fastest for small models).")
-flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A run's numbers are "
-                     "reproducible for a fixed thread count; rerun a single run with the same value.")
-flags.DEFINE_list("only", None, "Train only these runs (names as in results.md, e.g. "
-                  "bert_L4_lr0.003_s1_n6000), to reproduce them; writes no report.")
-flags.DEFINE_bool("report_only", False, "Train nothing: write the report from the runs finished so far "
-                  "(the others listed as not finished), e.g. while a long study runs in parts.")
-flags.DEFINE_string("worker", None, "Internal: 'k/n', this process is worker k of n.")
-# Overrides of the budget preset (None: the preset's value).
-flags.DEFINE_enum("model", None, ["tiny", "narrow", "mini", "small"], "Model size preset.")
-flags.DEFINE_integer("num_train_steps", None, "Training steps per run.")
-flags.DEFINE_integer("train_batch_size", None, "Training batch size.")
-flags.DEFINE_integer("num_warmup_steps", None, "Linear warmup steps.")
-flags.DEFINE_float("learning_rate", None, "The base learning rate.")
-flags.DEFINE_list("sweep_learning_rates", None, "The sweep's learning rates besides the base one "
-                  "(empty: no sweep).")
-flags.DEFINE_integer("sweep_train_steps", None, "Training steps of a sweep run (0: --num_train_steps).")
-flags.DEFINE_integer("sweep_warmup_steps", None, "Warmup steps of a sweep run (0: --num_warmup_steps).")
-flags.DEFINE_list("depths", None, "Layer counts to train every variant at (empty: the model preset's).")
-flags.DEFINE_list("seeds", None, "Seeds (weights, dropout, data order); every run is repeated per seed.")
-flags.DEFINE_list("sweep_seeds", None, "Seeds of the sweep (empty: --seeds).")
-flags.DEFINE_float("dropout", None, "Hidden and attention dropout of every model.")
-flags.DEFINE_integer("eval_batch_size", None, "Evaluation batch size.")
-flags.DEFINE_integer("max_eval_steps", None, "Evaluation batches (0: all held-out records).")
-flags.DEFINE_integer("iterations_per_loop", None, "Steps per compiled loop (= learning-curve interval).")
-flags.DEFINE_integer("save_checkpoints_steps", None, "Checkpoint interval (what a resume loses at most).")
-flags.DEFINE_integer("analysis_examples", None, "Held-out examples for the attention analysis.")
-flags.DEFINE_integer("max_seq_length", None, "Must match the records.")
-flags.DEFINE_integer("max_predictions_per_seq", None, "Must match the records.")
-FLAGS = flags.FLAGS
+def define_flags(fv):
+    """The study's flags on the FlagValues `fv`."""
+    flags.DEFINE_string("output_dir", None, "Where every run, the report and the plots go.", flag_values=fv)
+    flags.DEFINE_enum("budget", "small", ["toy", "small", "study"], "Preset of the grid: model size, depths, "
+                      "seeds, steps, batch sizes, learning rates.", flag_values=fv)
+    flags.DEFINE_string("variants", "all", "Comma-separated variant names (realformer_tf.models.variants): "
+                        "bert, pre_ln, realformer, realformer_mean, normformer, realformer_normformer "
+                        "('all': these six).", flag_values=fv)
+    flags.DEFINE_string("probe_variants", "all", "Variants also trained in the learning-rate sweep "
+                        "(comma-separated subset of --variants, or 'all').", flag_values=fv)
+    flags.DEFINE_string("train_input_file", None, "Pretraining TFRecords to train on.", flag_values=fv)
+    flags.DEFINE_string("eval_input_file", None, "Held-out pretraining TFRecords to evaluate on.", flag_values=fv)
+    flags.DEFINE_string("text_file", None, "Raw text instead of TFRecords (create_pretraining_data.py's "
+                        "format); the records are built into output_dir/data.", flag_values=fv)
+    flags.DEFINE_string("eval_text_file", None, "Held-out raw text (default: every "
+                        "--eval_every_n_documents-th document of --text_file).", flag_values=fv)
+    flags.DEFINE_integer("eval_every_n_documents", 10, "Hold out every n-th document of --text_file.", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "WordPiece vocab: needed with --text_file; with TFRecords it "
+                        "sets vocab_size (else --vocab_size).", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "For --text_file.", flag_values=fv)
+    flags.DEFINE_integer("dupe_factor", 5, "create_pretraining_data.py's dupe_factor for the training text.", flag_values=fv)
+    flags.DEFINE_integer("vocab_size", 30522, "Model vocab size when no --vocab_file is given.", flag_values=fv)
+    flags.DEFINE_bool("analysis", True, "Run the attention analysis over the trained checkpoints.", flag_values=fv)
+    flags.DEFINE_string("archive_dir", None, "Also keep each finished run's small files (results, timing, "
+                        "learning curves, attention statistics; no checkpoints) in ARCHIVE_DIR/<run name>/, "
+                        "and restore the runs kept there into --output_dir first: the study continues "
+                        "on another machine, or after --output_dir is lost, without training them again.", flag_values=fv)
+    flags.DEFINE_integer("workers", 2, "Runs trained at once, each in its own process (one per CPU core "
+                         "is fastest for small models).", flag_values=fv)
+    flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A run's numbers are "
+                         "reproducible for a fixed thread count; rerun a single run with the same value.", flag_values=fv)
+    flags.DEFINE_list("only", None, "Train only these runs (names as in results.md, e.g. "
+                      "bert_L4_lr0.003_s1_n6000), to reproduce them; writes no report.", flag_values=fv)
+    flags.DEFINE_bool("report_only", False, "Train nothing: write the report from the runs finished so far "
+                      "(the others listed as not finished), e.g. while a long study runs in parts.", flag_values=fv)
+    flags.DEFINE_string("worker", None, "Internal: 'k/n', this process is worker k of n.", flag_values=fv)
+    # Overrides of the budget preset (None: the preset's value).
+    flags.DEFINE_enum("model", None, ["tiny", "narrow", "mini", "small"], "Model size preset.", flag_values=fv)
+    flags.DEFINE_integer("num_train_steps", None, "Training steps per run.", flag_values=fv)
+    flags.DEFINE_integer("train_batch_size", None, "Training batch size.", flag_values=fv)
+    flags.DEFINE_integer("num_warmup_steps", None, "Linear warmup steps.", flag_values=fv)
+    flags.DEFINE_float("learning_rate", None, "The base learning rate.", flag_values=fv)
+    flags.DEFINE_list("sweep_learning_rates", None, "The sweep's learning rates besides the base one "
+                      "(empty: no sweep).", flag_values=fv)
+    flags.DEFINE_integer("sweep_train_steps", None, "Training steps of a sweep run (0: --num_train_steps).", flag_values=fv)
+    flags.DEFINE_integer("sweep_warmup_steps", None, "Warmup steps of a sweep run (0: --num_warmup_steps).", flag_values=fv)
+    flags.DEFINE_list("depths", None, "Layer counts to train every variant at (empty: the model preset's).", flag_values=fv)
+    flags.DEFINE_list("seeds", None, "Seeds (weights, dropout, data order); every run is repeated per seed.", flag_values=fv)
+    flags.DEFINE_list("sweep_seeds", None, "Seeds of the sweep (empty: --seeds).", flag_values=fv)
+    flags.DEFINE_float("dropout", None, "Hidden and attention dropout of every model.", flag_values=fv)
+    flags.DEFINE_integer("eval_batch_size", None, "Evaluation batch size.", flag_values=fv)
+    flags.DEFINE_integer("max_eval_steps", None, "Evaluation batches (0: all held-out records).", flag_values=fv)
+    flags.DEFINE_integer("iterations_per_loop", None, "Steps per compiled loop (= learning-curve interval).", flag_values=fv)
+    flags.DEFINE_integer("save_checkpoints_steps", None, "Checkpoint interval (what a resume loses at most).", flag_values=fv)
+    flags.DEFINE_integer("analysis_examples", None, "Held-out examples for the attention analysis.", flag_values=fv)
+    flags.DEFINE_integer("max_seq_length", None, "Must match the records.", flag_values=fv)
+    flags.DEFINE_integer("max_predictions_per_seq", None, "Must match the records.", flag_values=fv)
 
 
 LIST_TYPES = {"sweep_learning_rates": float, "depths": int, "seeds": int, "sweep_seeds": int}
 
 
-def _budget():
+def _budget(fv):
     from realformer_tf.research import grid
 
-    budget = grid.BUDGETS[FLAGS.budget]
+    budget = grid.BUDGETS[fv.budget]
     overrides = {}
     for field in dataclasses.fields(budget):
-        value = FLAGS[field.name].value if field.name in FLAGS else None
+        value = fv[field.name].value if field.name in fv else None
         if value is None:
             continue
         if field.name in LIST_TYPES:
@@ -152,7 +153,7 @@ def _budget():
     return dataclasses.replace(budget, **overrides)
 
 
-def _prepare_records(budget, output_dir):
+def _prepare_records(fv, budget, output_dir):
     """TFRecords from --text_file (and --eval_text_file) with create_pretraining_data.py;
     reuses records an earlier run built."""
     import tensorflow as tf
@@ -160,25 +161,25 @@ def _prepare_records(budget, output_dir):
     from realformer_tf.data.records import InputError
     from realformer_tf.research import study_files
 
-    cli.require(FLAGS.vocab_file, "--text_file needs --vocab_file")
-    if not tf.io.gfile.exists(FLAGS.text_file):
-        raise InputError(f"--text_file {FLAGS.text_file} does not exist")
+    cli.require(fv.vocab_file, "--text_file needs --vocab_file")
+    if not tf.io.gfile.exists(fv.text_file):
+        raise InputError(f"--text_file {fv.text_file} does not exist")
     data_dir = os.path.join(output_dir, "data")
     tf.io.gfile.makedirs(data_dir)
-    texts = {"train": FLAGS.text_file, "eval": FLAGS.eval_text_file}
-    if not FLAGS.eval_text_file:
-        cli.require(FLAGS.eval_every_n_documents >= 2, "--eval_every_n_documents must be at least 2")
-        with tf.io.gfile.GFile(FLAGS.text_file) as f:
+    texts = {"train": fv.text_file, "eval": fv.eval_text_file}
+    if not fv.eval_text_file:
+        cli.require(fv.eval_every_n_documents >= 2, "--eval_every_n_documents must be at least 2")
+        with tf.io.gfile.GFile(fv.text_file) as f:
             try:
-                train, held_out = study_files.split_documents(f.read(), FLAGS.eval_every_n_documents)
+                train, held_out = study_files.split_documents(f.read(), fv.eval_every_n_documents)
             except ValueError as e:
-                raise InputError(f"--text_file {FLAGS.text_file}: {e}") from None
+                raise InputError(f"--text_file {fv.text_file}: {e}") from None
         for name, text in (("train", train), ("eval", held_out)):
             texts[name] = os.path.join(data_dir, f"{name}.txt")
             with tf.io.gfile.GFile(texts[name], "w") as f:
                 f.write(text)
-    elif not tf.io.gfile.exists(FLAGS.eval_text_file):
-        raise InputError(f"--eval_text_file {FLAGS.eval_text_file} does not exist")
+    elif not tf.io.gfile.exists(fv.eval_text_file):
+        raise InputError(f"--eval_text_file {fv.eval_text_file} does not exist")
     records = {}
     for name, text in texts.items():
         records[name] = os.path.join(
@@ -189,10 +190,10 @@ def _prepare_records(budget, output_dir):
         print(f"Creating {records[name]} from {text}", flush=True)
         status, tail = run_script_logged(
             "create_pretraining_data.py", dict(
-                input_file=text, output_file=records[name], vocab_file=FLAGS.vocab_file,
-                do_lower_case=FLAGS.do_lower_case, max_seq_length=budget.max_seq_length,
+                input_file=text, output_file=records[name], vocab_file=fv.vocab_file,
+                do_lower_case=fv.do_lower_case, max_seq_length=budget.max_seq_length,
                 max_predictions_per_seq=budget.max_predictions_per_seq, masked_lm_prob=0.15,
-                random_seed=12345, dupe_factor=FLAGS.dupe_factor if name == "train" else 1),
+                random_seed=12345, dupe_factor=fv.dupe_factor if name == "train" else 1),
             os.path.join(data_dir, "create_pretraining_data.log"))
         if status != 0:
             raise InputError(f"create_pretraining_data.py failed on {text}: {tail[-1] if tail else ''}")
@@ -201,9 +202,8 @@ def _prepare_records(budget, output_dir):
 
 def run_script_logged(script, flag_values, log_path):
     """Runs one of the repository's scripts, its output appended to log_path and echoed.
-    A subprocess, unlike the pretraining runs: Model Garden's create_pretraining_data
-    module defines global absl flags when imported, which clash with this script's.
-    Returns (exit status, the last lines)."""
+    A subprocess, so that all its output, TensorFlow's C++ lines included, reaches the
+    log. Returns (exit status, the last lines)."""
     import subprocess
 
     command = [sys.executable, os.path.join(ROOT, script), *[f"--{k}={v}" for k, v in flag_values.items()]]
@@ -219,30 +219,30 @@ def run_script_logged(script, flag_values, log_path):
     return proc.wait(), tail
 
 
-def _check_inputs(budget, output_dir):
+def _check_inputs(fv, budget, output_dir):
     """(train_file, eval_file, data_note): the records given, or built from --text_file."""
-    records_given = bool(FLAGS.train_input_file or FLAGS.eval_input_file)
-    cli.require(records_given != bool(FLAGS.text_file),
+    records_given = bool(fv.train_input_file or fv.eval_input_file)
+    cli.require(records_given != bool(fv.text_file),
                 "give either --train_input_file and --eval_input_file (TFRecords) or --text_file "
                 "(raw text, with --vocab_file)")
     if not records_given:
-        train_file, eval_file = _prepare_records(budget, output_dir)
+        train_file, eval_file = _prepare_records(fv, budget, output_dir)
         return train_file, eval_file, (
-            f"Built from `{FLAGS.text_file}`" + (f" and `{FLAGS.eval_text_file}`" if FLAGS.eval_text_file
-                                                 else f" (every {FLAGS.eval_every_n_documents}th document held out)") + ".")
-    cli.require(FLAGS.train_input_file and FLAGS.eval_input_file, "give both --train_input_file and --eval_input_file")
+            f"Built from `{fv.text_file}`" + (f" and `{fv.eval_text_file}`" if fv.eval_text_file
+                                              else f" (every {fv.eval_every_n_documents}th document held out)") + ".")
+    cli.require(fv.train_input_file and fv.eval_input_file, "give both --train_input_file and --eval_input_file")
     from realformer_tf.data import pretraining
     from realformer_tf.data.records import InputError
 
     for flag in ("train_input_file", "eval_input_file"):
         try:
-            pretraining.check_files(FLAGS[flag].value, budget.max_seq_length, budget.max_predictions_per_seq)
+            pretraining.check_files(fv[flag].value, budget.max_seq_length, budget.max_predictions_per_seq)
         except InputError as e:
             raise InputError(str(e).replace("--input_file", f"--{flag}")) from None
-    return FLAGS.train_input_file, FLAGS.eval_input_file, ""
+    return fv.train_input_file, fv.eval_input_file, ""
 
 
-def _check_budget(budget):
+def _check_budget(fv, budget):
     from realformer_tf.research import grid
 
     cli.require(budget.model in grid.MODEL_PRESETS, f"unknown model preset {budget.model}")
@@ -251,8 +251,8 @@ def _check_budget(budget):
     cli.require(all(d > 0 for d in budget.layer_counts), f"--depths={budget.depths}: layer counts must be positive")
     cli.require(set(budget.sweep_seeds) <= set(budget.seeds),
                 f"--sweep_seeds={budget.sweep_seeds} must be a subset of --seeds={budget.seeds}")
-    cli.require(FLAGS.workers >= 1 and FLAGS.threads_per_worker >= 0,
-                f"--workers={FLAGS.workers} must be >= 1 and --threads_per_worker={FLAGS.threads_per_worker} >= 0")
+    cli.require(fv.workers >= 1 and fv.threads_per_worker >= 0,
+                f"--workers={fv.workers} must be >= 1 and --threads_per_worker={fv.threads_per_worker} >= 0")
 
 
 def _state_path(output_dir):
@@ -268,16 +268,16 @@ def _reproduction(state):
                                     state["eval_file"], state["vocab_size"], probe_variants=state["probe"])
 
 
-def _selected(repro):
-    """The planned runs, or the --only ones (checked against the plan)."""
+def _selected(repro, only):
+    """The planned runs, or those named in `only` (checked against the plan)."""
     plan = repro.plan()
-    if not FLAGS.only:
+    if not only:
         return plan
     by_name = {run.name: run for run in plan}
-    unknown = [name for name in FLAGS.only if name not in by_name]
+    unknown = [name for name in only if name not in by_name]
     cli.require(not unknown, f"--only: {', '.join(unknown)} is not a run of this grid; its runs are named "
                              f"like {plan[0].name} (see results.md)")
-    return [by_name[name] for name in FLAGS.only]
+    return [by_name[name] for name in only]
 
 
 def _keep_finished(repro, archive_dir):
@@ -314,40 +314,41 @@ def _sync_archive(repro, archive_dir):
         print(f"Archive {archive_dir}: {restored} finished run(s) restored into {repro.output_dir}", flush=True)
 
 
-def _worker_main():
+def _worker_main(fv):
     """One worker: trains its share of the selected runs, single file of output."""
     import tensorflow as tf
 
     from realformer_tf.research import grid
 
-    with tf.io.gfile.GFile(_state_path(FLAGS.output_dir)) as f:
+    with tf.io.gfile.GFile(_state_path(fv.output_dir)) as f:
         state = json.load(f)
-    worker, workers = (int(x) for x in FLAGS.worker.split("/"))
+    worker, workers = (int(x) for x in fv.worker.split("/"))
     repro = _reproduction(state)
     repro.on_finished = _keep_finished(repro, state.get("archive_dir"))
-    results = repro.run_all(grid.share_of(_selected(repro), worker, workers))
+    results = repro.run_all(grid.share_of(_selected(repro, fv.only), worker, workers))
     failed = [r.name for r in results if r.status == "failed"]
     if failed:
         raise cli.UserError(f"{len(failed)} run(s) failed: {', '.join(failed)}; rerun to retry them")
 
 
-def _spawn_workers(count):
-    """Starts `count` worker processes (each on its own CPU core when one thread each),
-    prints their output as it comes, prefixed; returns the workers that failed."""
+def _spawn_workers(fv, runs, count):
+    """Starts `count` worker processes that share `runs` (each worker on its own CPU core
+    when one thread each), prints their output as it comes, prefixed; returns the
+    workers that failed."""
     import subprocess
     import threading
 
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    if FLAGS.threads_per_worker:
-        threads = str(FLAGS.threads_per_worker)
+    if fv.threads_per_worker:
+        threads = str(fv.threads_per_worker)
         env.update(TF_NUM_INTRAOP_THREADS=threads, TF_NUM_INTEROP_THREADS=threads, OMP_NUM_THREADS=threads)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     procs = []
     for k in range(count):
-        command = [sys.executable, os.path.abspath(__file__), f"--output_dir={FLAGS.output_dir}",
-                   f"--worker={k}/{count}"] + ([f"--only={','.join(FLAGS.only)}"] if FLAGS.only else [])
+        command = [sys.executable, os.path.abspath(__file__), f"--output_dir={fv.output_dir}",
+                   f"--worker={k}/{count}", f"--only={','.join(run.name for run in runs)}"]
         pin = None
-        if FLAGS.threads_per_worker == 1 and len(cores) >= count:
+        if fv.threads_per_worker == 1 and len(cores) >= count:
             pin = functools.partial(os.sched_setaffinity, 0, {cores[k]})
         procs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       env=env, cwd=ROOT, bufsize=1, preexec_fn=pin))
@@ -365,78 +366,111 @@ def _spawn_workers(count):
     return [k for k, code in enumerate(codes) if code != 0]
 
 
-def _report(repro, state):
+def _report(fv, repro, state):
     import tensorflow as tf
 
     from realformer_tf.research import study_report, study_stats
 
     results = repro.collect()
-    report = study_report.write_all(repro, results, FLAGS.budget, state["data_note"],
-                                    analysis=FLAGS.analysis)
+    report = study_report.write_all(repro, results, fv.budget, state["data_note"],
+                                    analysis=fv.analysis)
     with tf.io.gfile.GFile(os.path.join(repro.output_dir, "results.json"), "w") as f:
-        json.dump({"budget": FLAGS.budget, "settings": state["settings"], "vocab_size": state["vocab_size"],
+        json.dump({"budget": fv.budget, "settings": state["settings"], "vocab_size": state["vocab_size"],
                    "train_file": state["train_file"], "eval_file": state["eval_file"],
-                   "threads_per_worker": FLAGS.threads_per_worker,
+                   "threads_per_worker": fv.threads_per_worker,
                    "runs": [study_stats.result_dict(r) for r in results]}, f, indent=2)
     return report, results
 
 
-def main(argv):
-    del argv
-    cli.require(FLAGS.output_dir, "--output_dir is required")
-    if FLAGS.worker:
-        return _worker_main()
+def _study_state(fv):
+    """Checks the flags and inputs (building records from --text_file), writes the
+    grid's state to study.json for the workers and returns it."""
     import tensorflow as tf
 
     from realformer_tf.research import grid, study_files
 
     try:
-        variants = grid.parse_variants(FLAGS.variants)
-        probe = variants if FLAGS.probe_variants == "all" else grid.parse_variants(FLAGS.probe_variants)
+        variants = grid.parse_variants(fv.variants)
+        probe = variants if fv.probe_variants == "all" else grid.parse_variants(fv.probe_variants)
     except ValueError as e:
         raise cli.UsageError(f"--variants / --probe_variants: {e}") from None
     cli.require(set(probe) <= set(variants), "--probe_variants must be a subset of --variants")
-    budget = _budget()
-    _check_budget(budget)
-    cli.require(not (FLAGS.only and FLAGS.report_only), "--only trains runs and --report_only trains none; "
-                                                         "give one of them")
-    FLAGS.output_dir = os.path.abspath(FLAGS.output_dir) if "://" not in FLAGS.output_dir else FLAGS.output_dir
-    tf.io.gfile.makedirs(FLAGS.output_dir)
-    train_file, eval_file, data_note = _check_inputs(budget, FLAGS.output_dir)
-    vocab_size = study_files.count_vocab(FLAGS.vocab_file) if FLAGS.vocab_file else FLAGS.vocab_size
-    archive_dir = os.path.abspath(FLAGS.archive_dir) if FLAGS.archive_dir and "://" not in FLAGS.archive_dir \
-        else FLAGS.archive_dir
-    state = dict(output_dir=FLAGS.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
+    budget = _budget(fv)
+    _check_budget(fv, budget)
+    cli.require(not (fv.only and fv.report_only), "--only trains runs and --report_only trains none; "
+                                                  "give one of them")
+    fv.output_dir = os.path.abspath(fv.output_dir) if "://" not in fv.output_dir else fv.output_dir
+    tf.io.gfile.makedirs(fv.output_dir)
+    train_file, eval_file, data_note = _check_inputs(fv, budget, fv.output_dir)
+    vocab_size = study_files.count_vocab(fv.vocab_file) if fv.vocab_file else fv.vocab_size
+    archive_dir = os.path.abspath(fv.archive_dir) if fv.archive_dir and "://" not in fv.archive_dir \
+        else fv.archive_dir
+    state = dict(output_dir=fv.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
                  train_file=train_file, eval_file=eval_file, vocab_size=vocab_size, data_note=data_note,
                  archive_dir=archive_dir)
-    with tf.io.gfile.GFile(_state_path(FLAGS.output_dir), "w") as f:
+    with tf.io.gfile.GFile(_state_path(fv.output_dir), "w") as f:
         json.dump(state, f, indent=2)
-    repro = _reproduction(state)
-    _sync_archive(repro, archive_dir)
-    if FLAGS.report_only:
-        report, results = _report(repro, state)
-        unfinished = sum(r.status in ("missing", "failed") for r in results)
-        print(f"Report of {len(results) - unfinished} finished run(s), {unfinished} not finished: {report}", flush=True)
-        return
-    runs = _selected(repro)
-    workers = min(FLAGS.workers, len(runs))
-    print(f"Study: {len(runs)} run{'s' if len(runs) != 1 else ''} ({len(variants)} variants, depths {budget.layer_counts}, seeds "
-          f"{budget.seeds}, sweep lrs {budget.sweep_learning_rates}), budget {FLAGS.budget}, {workers} "
-          f"worker(s) x {FLAGS.threads_per_worker or 'default'} thread(s); output {FLAGS.output_dir}", flush=True)
+    return state
+
+
+def _pending(repro, runs):
+    """The runs still to train; says which finished ones are reused (no worker starts for
+    a study that is done)."""
+    pending = []
+    for i, run in enumerate(runs):
+        found = repro.existing(run)
+        if found:
+            print(f"[{i + 1}/{len(runs)} {run.name}] reusing the finished run ({found.status}) in "
+                  f"{repro.run_dir(run)}", flush=True)
+        else:
+            pending.append(run)
+    return pending
+
+
+def _train(fv, repro, state):
+    """Trains the selected runs on --workers processes, then writes the report (none
+    with --only: it prints the runs' numbers instead)."""
+    from realformer_tf.research import grid
+
+    runs = _selected(repro, fv.only)
+    budget = repro.budget
+    pending = _pending(repro, runs)
+    workers = min(fv.workers, len(pending))
+    print(f"Study: {len(runs)} run{'s' if len(runs) != 1 else ''} ({len(pending)} to train; "
+          f"{len(state['variants'])} variants, depths {budget.layer_counts}, seeds {budget.seeds}, sweep lrs "
+          f"{budget.sweep_learning_rates}), budget {fv.budget}, {workers} worker(s) x "
+          f"{fv.threads_per_worker or 'default'} thread(s); output {fv.output_dir}", flush=True)
     started = time.time()
-    failed_workers = _spawn_workers(workers)
-    if FLAGS.only:
+    failed_workers = _spawn_workers(fv, pending, workers) if pending else []
+    if fv.only:
         for run in runs:
             found = repro.existing(run)
-            print(f"{run.name}: " + (f"{found.status} {json.dumps(found.results, sort_keys=True)}" if found else "not finished"))
+            print(f"{run.name}: " + (f"{found.status} {json.dumps(found.results, sort_keys=True)}" if found
+                                     else "not finished"))
     else:
-        report, _ = _report(repro, state)
+        report, _ = _report(fv, repro, state)
         print(f"\nDone in {grid.format_seconds(time.time() - started)}. Report: {report}", flush=True)
     if failed_workers:
         raise cli.UserError(f"worker(s) {failed_workers} failed (their output above says why); rerun the same "
                             "command to retry: finished runs are reused, interrupted ones resume")
 
 
+def run(fv):
+    if fv.worker:
+        return _worker_main(fv)
+    state = _study_state(fv)
+    repro = _reproduction(state)
+    _sync_archive(repro, state["archive_dir"])
+    if not fv.report_only:
+        return _train(fv, repro, state)
+    report, results = _report(fv, repro, state)
+    unfinished = sum(not r.finished for r in results)
+    print(f"Report of {len(results) - unfinished} finished run(s), {unfinished} not finished: {report}", flush=True)
+
+
+def main(argv=None):
+    return app.run_program(argv, __doc__, define_flags, run, required_flags=["output_dir"])
+
+
 if __name__ == "__main__":
-    flags.mark_flag_as_required("output_dir")
-    app.run_script_main(main)
+    sys.exit(main())

@@ -175,11 +175,11 @@ def script_env(**extra):
 def run_script(script, *args, timeout=600, env=None, cwd=ROOT):
     """Runs the repository's `script` with `args` in `cwd`; returns a CompletedProcess (text).
 
-    A program with `main(argv)` (realformer_tf/app/*, analyze_attention.py) runs in this
-    process, its stdout and stderr captured at the file descriptors (TensorFlow's C++
-    lines included), with `env` set while it runs; `timeout` applies to subprocesses
-    only. Other scripts (experiments/, benchmarks/) run in a subprocess, as does any test
-    of the process boundary itself (`run_subprocess`).
+    A program with `main(argv)` (realformer_tf/app/*, FILE_PROGRAMS) runs in this process,
+    its stdout and stderr captured at the file descriptors (TensorFlow's C++ lines
+    included), with `env` set while it runs; `timeout` applies to subprocesses only.
+    Other scripts (the rest of experiments/, benchmarks/) run in a subprocess, as does
+    any test of the process boundary itself (`run_subprocess`).
     """
     main = program_main(script)
     if main is None:
@@ -221,7 +221,7 @@ def _release_program_memory():
 
 
 # Repository scripts outside realformer_tf/app/ that follow its `main(argv)` pattern.
-FILE_PROGRAMS = ("analyze_attention.py", "experiments/compare_pretraining.py")
+FILE_PROGRAMS = ("analyze_attention.py", "experiments/compare_pretraining.py", "experiments/reproduce.py")
 
 
 def program_main(script):

@@ -108,6 +108,12 @@ class RunResult:
         return self.run.name
 
     @property
+    def finished(self):
+        """Trained to the end or diverged: a run that says something about its variant
+        (a "missing" or "failed" one has yet to finish)."""
+        return self.status in ("done", "diverged")
+
+    @property
     def accuracy(self):
         return self.results.get("masked_lm_accuracy", float("nan")) if self.status == "done" else float("nan")
 

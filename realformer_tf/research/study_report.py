@@ -237,7 +237,7 @@ def _run_lines(results):
         loss = r.results.get("masked_lm_loss", float("nan"))
         lines.append(f"| {r.name} | {r.status} | {r.accuracy:.4f} | {loss:.4f} | {r.steps} | "
                      f"{format_seconds(r.seconds)} |")
-    missing = [r.name for r in results if r.status in ("missing", "failed")]
+    missing = [r.name for r in results if not r.finished]
     if missing:
         lines += ["", f"Not finished: {', '.join(missing)}."]
     lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M')} by experiments/reproduce.py; the same "

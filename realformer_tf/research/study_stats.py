@@ -98,7 +98,7 @@ def sweep_results(repro, results, variant, lr):
     steps = b.sweep_train_steps or b.num_train_steps
     return [r for r in results if r.run.variant == variant and r.run.learning_rate == lr
             and r.run.steps == steps and r.run.layers == b.layer_counts[0]
-            and r.run.seed in (b.sweep_seeds or b.seeds) and r.status in ("done", "diverged")]
+            and r.run.seed in (b.sweep_seeds or b.seeds) and r.finished]
 
 
 def sweep_lrs(budget):
