@@ -466,6 +466,7 @@ def test_reproduce_toy_end_to_end(tmp_path):
                          f"--archive_dir={archive}")
     _check(again, "reproduce.py rerun")
     assert again.stdout.count("reusing the finished run") == 10
+    assert "0 worker(s)" in again.stdout and "[worker" not in again.stdout  # nothing left to train
     assert "0 finished run(s) restored" in again.stdout
 
     # The archive (no checkpoints) brings the study to a new output_dir: nothing trains
