@@ -25,12 +25,15 @@ from realformer_tf import app  # noqa: E402
 from realformer_tf.jobs import cli  # noqa: E402
 from realformer_tf.data.records import InputError  # noqa: E402
 
-flags.DEFINE_string("input_file", None, "SQuAD v1.1 / v2.0 JSON.")
-flags.DEFINE_integer("paragraphs", 8, "Paragraphs per long document.")
-flags.DEFINE_integer("held_out_every", 3, "Every n-th document goes to --predict_file.")
-flags.DEFINE_string("train_file", None, "Output: training documents (SQuAD JSON).")
-flags.DEFINE_string("predict_file", None, "Output: held-out documents (SQuAD JSON).")
-FLAGS = flags.FLAGS
+
+def define_flags(fv):
+    """The program's flags on the FlagValues `fv`."""
+    flags.DEFINE_string("input_file", None, "SQuAD v1.1 / v2.0 JSON.", flag_values=fv)
+    flags.DEFINE_integer("paragraphs", 8, "Paragraphs per long document.", flag_values=fv)
+    flags.DEFINE_integer("held_out_every", 3, "Every n-th document goes to --predict_file.", flag_values=fv)
+    flags.DEFINE_string("train_file", None, "Output: training documents (SQuAD JSON).", flag_values=fv)
+    flags.DEFINE_string("predict_file", None, "Output: held-out documents (SQuAD JSON).", flag_values=fv)
+
 
 SEPARATOR = "\n\n"
 
@@ -46,7 +49,9 @@ def join_paragraphs(paragraphs):
             for key in ("answers", "plausible_answers"):
                 for answer in qa.get(key, []):
                     answer["answer_start"] += offset
-                    assert context[answer["answer_start"]:].startswith(answer["text"])
+                    if not context[answer["answer_start"]:].startswith(answer["text"]):
+                        raise InputError(f"question {qa.get('id')!r}: answer {answer['text']!r} is not at its "
+                                         f"answer_start in its paragraph; fix the input file's offsets")
             qas.append(qa)
     return {"context": context, "qas": qas}
 
@@ -66,23 +71,31 @@ def long_documents(data, per_document):
             yield article["title"], join_paragraphs(paragraphs[start:start + per_document])
 
 
-def main(argv):
-    del argv
-    for name in ("input_file", "train_file", "predict_file"):
-        cli.require(getattr(FLAGS, name), f"--{name} is required")
-    cli.require(FLAGS.paragraphs > 0 and FLAGS.held_out_every > 1, "--paragraphs > 0 and --held_out_every > 1")
+def _read_squad(path):
     try:
-        with open(FLAGS.input_file, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as e:
-        raise InputError(f"--input_file {FLAGS.input_file}: {e}") from None
+        raise InputError(f"--input_file {path}: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise InputError(f"--input_file {path} is not SQuAD JSON (no top-level \"data\" list)")
+    return data
+
+
+def run(fv):
+    cli.require(fv.paragraphs > 0 and fv.held_out_every > 1,
+                f"--paragraphs={fv.paragraphs} must be > 0 and --held_out_every={fv.held_out_every} > 1")
+    data = _read_squad(fv.input_file)
     splits = {"train": [], "held_out": []}
-    for i, (title, document) in enumerate(long_documents(data, FLAGS.paragraphs)):
-        split = "held_out" if (i + 1) % FLAGS.held_out_every == 0 else "train"
+    for i, (title, document) in enumerate(long_documents(data, fv.paragraphs)):
+        split = "held_out" if (i + 1) % fv.held_out_every == 0 else "train"
         splits[split].append({"title": f"{title} ({i})", "paragraphs": [document]})
+    cli.require(splits["held_out"], f"{fv.input_file} makes {len(splits['train'])} document(s) of "
+                                    f"--paragraphs={fv.paragraphs}, none held out; lower --paragraphs or "
+                                    f"--held_out_every")
     for document in splits["train"]:
         first_answers_only(document["paragraphs"][0])
-    for split, path in (("train", FLAGS.train_file), ("held_out", FLAGS.predict_file)):
+    for split, path in (("train", fv.train_file), ("held_out", fv.predict_file)):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"version": data.get("version", "v2.0"), "data": splits[split]}, f, ensure_ascii=False)
@@ -91,5 +104,10 @@ def main(argv):
               f"{max(len(d['paragraphs'][0]['context']) for d in docs)} characters in the longest context")
 
 
+def main(argv=None):
+    return app.run_program(argv, __doc__, define_flags, run, needs_tensorflow=False,
+                           required_flags=["input_file", "train_file", "predict_file"])
+
+
 if __name__ == "__main__":
-    app.run_script_main(main)
+    sys.exit(main())

@@ -276,6 +276,69 @@ def test_predict_files_need_no_answers(tmp_path):
     assert not as_v1.has_answers and as_v1.num_with_gold == len(ANSWERABLE)
 
 
+def _long_squad_input(tmp_path):
+    """Two copies of the v2.0 file's article (4 paragraphs; the copies' ids end in "-2"),
+    q-city with a second answer (as dev files have)."""
+    paragraphs = []
+    for copy in ("", "-2"):
+        for paragraph in json.loads(json.dumps(squad_json(True)))["data"][0]["paragraphs"]:
+            for qa in paragraph["qas"]:
+                qa["id"] += copy
+                if qa["id"].startswith("q-city"):
+                    qa["answers"].append({"text": "in Zürich", "answer_start": CONTEXT_1.index("in Zürich")})
+            paragraphs.append(paragraph)
+    return write_json(tmp_path / "dev.json", {"version": "v2.0", "data": [{"title": "a", "paragraphs": paragraphs}]})
+
+
+def test_make_long_squad_joins_paragraphs_and_moves_every_answer(tmp_path):
+    """experiments/make_long_squad.py: 4 paragraphs -> 2 documents of 2, the second held
+    out; every answer still at its answer_start; training keeps the first answer only."""
+    source = _long_squad_input(tmp_path)
+    train, held_out = tmp_path / "long" / "train.json", tmp_path / "long" / "dev.json"
+    proc = h.run_script("experiments/make_long_squad.py", *h.flags(
+        input_file=source, paragraphs=2, held_out_every=2, train_file=train, predict_file=held_out))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{train}: 1 documents, {len(ANSWERABLE) + len(IMPOSSIBLE)} questions" in proc.stdout
+    documents = {name: json.load(open(path, encoding="utf-8"))["data"] for name, path in
+                 (("train", train), ("held_out", held_out))}
+    joined = CONTEXT_1 + "\n\n" + CONTEXT_2
+    for name, docs in documents.items():
+        assert len(docs) == 1 and len(docs[0]["paragraphs"]) == 1
+        paragraph = docs[0]["paragraphs"][0]
+        assert paragraph["context"] == joined
+        for qa in paragraph["qas"]:
+            for answer in qa["answers"] + qa.get("plausible_answers", []):
+                start = answer["answer_start"]
+                assert joined[start:start + len(answer["text"])] == answer["text"], (name, qa["id"])
+    city = {name: next(qa for qa in docs[0]["paragraphs"][0]["qas"] if qa["id"].startswith("q-city"))
+            for name, docs in documents.items()}
+    assert len(city["train"]["answers"]) == 1 and len(city["held_out"]["answers"]) == 2
+    assert {qa["id"] for qa in documents["held_out"][0]["paragraphs"][0]["qas"]} == \
+        {qid + "-2" for qid, *_ in ANSWERABLE + IMPOSSIBLE}
+    # run_squad.py's reader takes both files.
+    assert squad.load_squad_file(str(train), "train_file", True, True).num_questions == 13
+    assert squad.load_squad_file(str(held_out), "predict_file", False, True).has_answers
+
+
+def test_make_long_squad_refuses_bad_input_with_one_line(tmp_path):
+    source = _long_squad_input(tmp_path)
+    outputs = dict(train_file=tmp_path / "t.json", predict_file=tmp_path / "p.json")
+    one_document = h.run_script("experiments/make_long_squad.py", *h.flags(input_file=source, paragraphs=8,
+                                                                           **outputs))
+    h.one_error_line(one_document, "1 document(s)", "none held out", "--paragraphs")
+    data = json.load(open(source, encoding="utf-8"))
+    data["data"][0]["paragraphs"][1]["qas"][0]["answers"][0]["answer_start"] += 2
+    shifted = write_json(tmp_path / "shifted.json", data)
+    bad_offset = h.run_script("experiments/make_long_squad.py", *h.flags(input_file=shifted, paragraphs=2, **outputs))
+    h.one_error_line(bad_offset, "'q-adds'", "'residual attention'", "answer_start")
+    not_squad = h.run_script("experiments/make_long_squad.py", *h.flags(
+        input_file=write_json(tmp_path / "list.json", [1, 2]), **outputs))
+    h.one_error_line(not_squad, "list.json", "not SQuAD JSON")
+    missing = h.run_script("experiments/make_long_squad.py", *h.flags(input_file=tmp_path / "no.json", **outputs))
+    h.one_error_line(missing, "--input_file", "no.json")
+    assert not (tmp_path / "t.json").exists()
+
+
 def test_script_errors_exit_1_with_one_message(files, tmp_path):
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"data": [{"paragraphs": [{"context": "abc", "qas": [', encoding="utf-8")

@@ -128,21 +128,3 @@ def start_devices_quietly():
         for line in captured.read().decode("utf-8", "replace").splitlines(keepends=True):
             if not any(noise in line for noise in _CUDA_PROBE_NOISE):
                 sys.stderr.write(line)
-
-
-def run_script_main(main):
-    """absl's `app.run(main)` for a research script that keeps absl's global FLAGS (it is
-    only ever run as `__main__`, never imported): a UserError prints one `error:` line
-    and exits 1."""
-    from absl import app as absl_app
-
-    def wrapped(argv):
-        if not flags.FLAGS["verbosity"].present:
-            logging.set_verbosity(logging.WARNING)
-        try:
-            return main(argv)
-        except USER_ERRORS as e:
-            print(f"error: {e}", file=sys.stderr)
-            sys.exit(1)
-
-    absl_app.run(wrapped)
