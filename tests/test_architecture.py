@@ -1,6 +1,6 @@
 """The package's shape as docs/ARCHITECTURE.md states it: tiers, no import cycle (every
-import statement counted), at most 8 root modules, no module over 450 lines; and the
-public import paths the README shows."""
+import statement counted), at most 8 root modules, no module over 450 lines, no script
+on absl's global FLAGS; and the public import paths the README shows."""
 
 import importlib
 import os
@@ -22,6 +22,17 @@ def test_checker_sees_cycles_and_upward_imports():
     assert check_architecture.tier("layers.attention") < check_architecture.tier("models.bert.model")
     with pytest.raises(KeyError, match="in no tier"):
         check_architecture.tier("nowhere")
+
+
+def test_checker_sees_absl_global_flags(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("from absl import flags\n"
+                      "flags.DEFINE_string('a', None, 'global')\n"
+                      "def define_flags(fv):\n"
+                      "    flags.DEFINE_integer('b', 1, 'own', flag_values=fv)\n"
+                      "    flags.mark_flag_as_required('b')\n"
+                      "FLAGS = flags.FLAGS\n")
+    assert check_architecture.global_flag_uses(str(script)) == [2, 5, 6]
 
 
 @pytest.mark.parametrize("module, names", [

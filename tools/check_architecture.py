@@ -6,7 +6,9 @@ functions included), the tiers, and module sizes.
 Rules (docs/ARCHITECTURE.md):
 - a module imports only from its own tier or a lower one (TIERS below, bottom first);
 - no import cycle among modules;
-- at most MAX_ROOT_MODULES modules directly in realformer_tf/, none over MAX_LINES lines.
+- at most MAX_ROOT_MODULES modules directly in realformer_tf/, none over MAX_LINES lines;
+- no Python file of the repository touches absl's global FLAGS (state lives in the
+  program's own FlagValues, so every program runs in-process any number of times).
 """
 
 import ast
@@ -123,6 +125,32 @@ def cycles(edges):
     return out
 
 
+SKIPPED_FOLDERS = {".git", ".venv", "build", "dist", "__pycache__", "node_modules"}
+
+
+def repository_python_files(top=os.path.dirname(ROOT)):
+    for folder, subfolders, files in os.walk(top):
+        subfolders[:] = [d for d in subfolders if d not in SKIPPED_FOLDERS and not d.endswith(".egg-info")]
+        yield from (os.path.join(folder, name) for name in sorted(files) if name.endswith(".py"))
+
+
+def global_flag_uses(path):
+    """Lines of `path` that use absl's global FLAGS: `flags.FLAGS`, or a
+    `flags.DEFINE_*` / `flags.mark_flag*` call without `flag_values=`."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "FLAGS" and getattr(node.value, "id", "") == "flags":
+            found.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and getattr(node.func.value, "id", "") == "flags"
+              and node.func.attr.startswith(("DEFINE", "mark_flag"))
+              and not any(k.arg == "flag_values" for k in node.keywords)):
+            found.append(node.lineno)
+    return sorted(found)
+
+
 def violations():
     """Lines describing every rule broken (empty: the shape is as documented)."""
     known, edges = graph()
@@ -145,6 +173,10 @@ def violations():
         lines = sum(1 for _ in open(path))
         if lines > MAX_LINES:
             problems.append(f"{os.path.relpath(path, os.path.dirname(ROOT))}: {lines} lines (at most {MAX_LINES})")
+    for path in repository_python_files():
+        for line in global_flag_uses(path):
+            problems.append(f"{os.path.relpath(path, os.path.dirname(ROOT))}:{line}: absl's global FLAGS (define "
+                            f"the flags on the program's own FlagValues: flag_values=fv)")
     return problems
 
 
