@@ -116,8 +116,10 @@ def make_pretraining_data(out, timings):
 
 
 def report(pretrain_dir, classifier_dir, heldout_records, timings, total):
+    from realformer_tf import app
     from realformer_tf.research.study_stats import plateau_baselines
 
+    app.start_devices_quietly()  # the baselines read the records with TensorFlow: no cuInit line on a CPU machine
     pre = read_results(os.path.join(pretrain_dir, "eval_results.txt"))
     unigram, copy_unigram = plateau_baselines(heldout_records, 64, 10)
     fin = read_results(os.path.join(classifier_dir, "eval_results.txt"))
