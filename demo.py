@@ -119,7 +119,8 @@ def report(pretrain_dir, classifier_dir, heldout_records, timings, total):
     from realformer_tf import app
     from realformer_tf.research.study_stats import plateau_baselines
 
-    app.start_devices_quietly()  # the baselines read the records with TensorFlow: no cuInit line on a CPU machine
+    # The baselines read the records with TensorFlow: probe its devices without the cuInit line.
+    app.start_devices_quietly()
     pre = read_results(os.path.join(pretrain_dir, "eval_results.txt"))
     unigram, copy_unigram = plateau_baselines(heldout_records, 64, 10)
     fin = read_results(os.path.join(classifier_dir, "eval_results.txt"))
