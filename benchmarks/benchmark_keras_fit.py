@@ -6,6 +6,13 @@ set beyond the layers' defaults (the fused CPU kernels included).
 
     .venv/bin/python benchmarks/benchmark_keras_fit.py                  # small preset
     .venv/bin/python benchmarks/benchmark_keras_fit.py --rounds 30 --json_out /tmp/fit.json
+    .venv/bin/python benchmarks/benchmark_keras_fit.py --mode predict   # predict_on_batch
+
+`--mode predict` times `model.predict_on_batch` instead, each variant twice: as the
+layers run it (TensorFlow's ops: the fused kernels run in training calls only, so that
+exported inference graphs load without the package) and as `VARIANT+inference_kernels`,
+with the LayerNorm kernels forced on in inference too (how the layers ran predict before
+that rule); the paired ratio is then to the same variant with the kernels.
 
 Timing: after warm-up steps, `--rounds` rounds; in each round every variant runs
 `--steps` back-to-back steps (the start rotated each round) and the mean of that burst
@@ -48,8 +55,38 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--fused_kernels", choices=("on", "off"), default="on",
                    help="off: every layer's fused_kernels option off (TensorFlow's ops), for comparison")
+    p.add_argument("--mode", choices=("fit", "predict"), default="fit",
+                   help="predict: predict_on_batch, each variant without and with the kernels in inference")
     p.add_argument("--json_out")
     return p.parse_args(argv)
+
+
+def inference_kernels(build_model):
+    """`build_model()` with the LayerNorms using the fused kernels in inference calls
+    too (unfolded, as inference is), while the model traces its predict function
+    (patched on the class for that long): how the layers ran predict before inference
+    calls kept to TensorFlow's ops."""
+    from keras import ops
+
+    from realformer_tf.layers import folding, normalization
+
+    cls = normalization.LayerNorm
+    own = {name: getattr(cls, name) for name in ("call", "split_affine", "activate_normalize_and_project")}
+
+    def activate_normalize_and_project(self, x, hidden_act, dense, training=False):
+        if hidden_act != "gelu":
+            return own["activate_normalize_and_project"](self, x, hidden_act, dense, training)
+        xhat = normalization._gelu_standardize(x, self.epsilon, self._stats_dtype(x), self.fused_kernels)
+        return folding.project(dense, ops.cast(xhat, dense.compute_dtype), (self.gamma, self.beta), bool(training))
+
+    cls.call = lambda self, inputs, training=False: own["call"](self, inputs, True)
+    cls.split_affine = lambda self, inputs, training=False: own["split_affine"](self, inputs, True)
+    cls.activate_normalize_and_project = activate_normalize_and_project
+    try:
+        return build_model()
+    finally:
+        for name, method in own.items():
+            setattr(cls, name, method)
 
 
 def build(variant, shape, dropout, fused_kernels=True):
@@ -69,47 +106,71 @@ def build(variant, shape, dropout, fused_kernels=True):
     return model
 
 
+def steppers(args, batch, labels):
+    """({name: one step of that model, already warmed up}, {name: its ratio's baseline})."""
+    shape = PRESETS[args.preset]
+    variants = [v for v in args.variants.split(",") if v]
+    fused = args.fused_kernels == "on"
+
+    def warmed(step):
+        for _ in range(args.warmup):  # in predict mode the first call traces the function
+            step()
+        return step
+
+    def fit_step(variant):
+        model = build(variant, shape, args.dropout, fused)
+        return warmed(lambda: model.train_on_batch(batch, labels))
+
+    def predict_step(variant):
+        model = build(variant, shape, args.dropout, fused)
+        return warmed(lambda: model.predict_on_batch(batch))
+
+    if args.mode == "fit":
+        return {v: fit_step(v) for v in variants}, {v: variants[0] for v in variants}
+    steps, baselines = {}, {}
+    for v in variants:
+        steps[f"{v}+inference_kernels"] = inference_kernels(lambda: predict_step(v))
+        steps[v] = predict_step(v)
+        baselines[v] = baselines[f"{v}+inference_kernels"] = f"{v}+inference_kernels"
+    return steps, baselines
+
+
 def measure(args):
     import numpy as np
 
     shape = PRESETS[args.preset]
     ids, mask, segments = input_arrays(shape, seed=0)
     batch = {"input_ids": ids, "input_mask": mask, "segment_ids": segments}
-    labels = np.arange(shape["batch_size"]) % 2
-    variants = [v for v in args.variants.split(",") if v]
-    models = {v: build(v, shape, args.dropout, args.fused_kernels == "on") for v in variants}
-    for model in models.values():
-        for _ in range(args.warmup):
-            model.train_on_batch(batch, labels)
-    samples = {v: [] for v in variants}
+    steps, baselines = steppers(args, batch, np.arange(shape["batch_size"]) % 2)
+    names = list(steps)
+    samples = {name: [] for name in names}
     for r in range(args.rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
-        for v in order:
+        for name in names[r % len(names):] + names[:r % len(names)]:  # the start rotates
             start = time.perf_counter()
             for _ in range(args.steps):
-                models[v].train_on_batch(batch, labels)
-            samples[v].append((time.perf_counter() - start) / args.steps)
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{v} {samples[v][-1] * 1e3:.1f} ms" for v in variants),
+                steps[name]()
+            samples[name].append((time.perf_counter() - start) / args.steps)
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {samples[n][-1] * 1e3:.1f} ms" for n in names),
               file=sys.stderr, flush=True)
-    base = samples[variants[0]]
     return {
-        "preset": args.preset, "shape": shape, "fused_kernels": args.fused_kernels, "rounds": args.rounds, "steps": args.steps,
-        "baseline": variants[0],
-        "results": {v: {"median_ms": statistics.median(s) * 1e3,
-                        "paired_ratio": statistics.median(a / b for a, b in zip(s, base))}
-                    for v, s in samples.items()},
+        "mode": args.mode, "preset": args.preset, "shape": shape, "fused_kernels": args.fused_kernels,
+        "rounds": args.rounds, "steps": args.steps,
+        "results": {name: {"median_ms": statistics.median(s) * 1e3, "baseline": baselines[name],
+                           "paired_ratio": statistics.median(a / b for a, b in zip(s, samples[baselines[name]]))}
+                    for name, s in samples.items()},
     }
 
 
 def main(argv=None):
     args = parse_args(argv)
     result = measure(args)
-    print(f"# model.fit step (train_on_batch), preset {args.preset}, fused kernels {args.fused_kernels}, "
+    step = "model.fit step (train_on_batch)" if args.mode == "fit" else "predict_on_batch"
+    print(f"# {step}, preset {args.preset}, fused kernels {args.fused_kernels}, "
           f"{args.rounds} rounds x {args.steps} steps")
-    print("| variant | step (median) | / BERT (paired) |")
-    print("|---|---|---|")
+    print("| variant | step (median) | / baseline (paired) | baseline |")
+    print("|---|---|---|---|")
     for name, row in result["results"].items():
-        print(f"| {name} | {row['median_ms']:.1f} ms | {row['paired_ratio']:.3f}x |")
+        print(f"| {name} | {row['median_ms']:.1f} ms | {row['paired_ratio']:.3f}x | {row['baseline']} |")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=2)

@@ -203,29 +203,35 @@ def test_kept_out_of_xla_float64_and_bfloat16_gelu():
     assert custom_op_types(tf.function(model_and_step("post", fused_kernels=False))) == []
 
 
-def test_the_option_is_the_layers_own_in_any_thread():
+def test_the_option_and_the_call_decide_in_any_thread():
     """No ambient switch: a layer traced in a bare thread or a MirroredStrategy replica
-    thread uses the kernels by its option alone, and an export's context turns a model's
-    layers off and restores them."""
+    thread uses the kernels by its option and its call's `training` alone; an inference
+    call (the default) never does, so a model's inference graph holds none of them."""
     import threading
 
     from realformer_tf.layers.normalization import LayerNorm
 
     x = tf.constant(np.random.default_rng(2).normal(size=(3, 7)), tf.float32)
     on, off = LayerNorm(epsilon=EPS), LayerNorm(epsilon=EPS, fused_kernels=False)
+
+    def training_call(layer):
+        return tf.function(lambda x: layer(x, training=True))
+
     seen = {}
     thread = threading.Thread(target=lambda: seen.update(
-        on=custom_op_types(tf.function(on), x), off=custom_op_types(tf.function(off), x)))
+        on=custom_op_types(training_call(on), x), off=custom_op_types(training_call(off), x),
+        inference=custom_op_types(tf.function(on), x)))
     thread.start()
     thread.join()
-    assert seen == {"on": ["RealformerLayerNorm"], "off": []}
+    assert seen == {"on": ["RealformerLayerNorm"], "off": [], "inference": []}
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    replica = tf.function(lambda: strategy.run(on, (x,)))
+    replica = tf.function(lambda: strategy.run(lambda t: on(t, training=True), (x,)))
     assert custom_op_types(replica) == ["RealformerLayerNorm"]
     step = model_and_step("normformer")
-    with kernels.fused_kernels_off(step.model):
-        assert custom_op_types(tf.function(step)) == []
     assert custom_op_types(tf.function(step)) != []
+    features = {"input_ids": tf.ones((2, 9), tf.int32)}
+    assert custom_op_types(tf.function(lambda f: step.model(f)), features) == []
+    assert custom_op_types(tf.function(lambda f: step.model(f, training=False)), features) == []
     assert LayerNorm.from_config(off.get_config()).fused_kernels is False
 
 
@@ -293,9 +299,9 @@ def test_failed_build_falls_back_with_one_warning(tmp_path):
 
 
 def test_keras_fit_uses_them_by_default(monkeypatch):
-    """A Keras user's model.fit runs the kernels with no setting at all and trains; with
-    the option off (`use_fused_kernels(model, False)`) the same model runs TensorFlow's
-    ops."""
+    """A Keras user's model.fit runs the kernels with no setting at all and trains; its
+    predict runs none; with the option off (`use_fused_kernels(model, False)`) the same
+    model's fit runs TensorFlow's ops."""
     import keras
 
     from realformer_tf.layers import TransformerEncoder
@@ -313,6 +319,9 @@ def test_keras_fit_uses_them_by_default(monkeypatch):
     history = model.fit(*data, batch_size=8, epochs=2, verbose=0)
     assert any(u is not None for u in used) and np.all(np.isfinite(history.history["loss"]))
     used.clear()
-    kernels.use_fused_kernels(model, False)
     model.predict(data[0], verbose=0)
+    assert used == []  # inference calls never ask for the kernels
+    kernels.use_fused_kernels(model, False)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+    model.fit(*data, batch_size=8, epochs=1, verbose=0)  # a new trace, with the option off
     assert used and all(u is None for u in used)

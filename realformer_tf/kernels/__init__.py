@@ -15,12 +15,14 @@ Dropout, AdamW; default True), set by whoever builds the model: `use_fused_kerne
 False)` sets it on every layer of a model. Where it is on, the ops run where they are
 safe, decided when a call is traced:
 
+- in training calls only (`training=True`; the optimizer's update is training by
+  nature), so a graph traced for inference (`predict`, `model.export`,
+  `tf.saved_model.save`, a user's serving `tf.function`) holds none of them and loads
+  in TensorFlow Serving and in any Python without this library;
 - on the TensorFlow backend, for float32 tensors, with no GPU or TPU visible;
 - not under XLA (`jit_compile=True`, TPUs), which cannot compile a custom op.
 
-So a Keras user's `model.fit` gets the same kernels as the package's training loop. A
-SavedModel export traces the model with them off (`fused_kernels_off(model)`), so
-exported graphs load without this library.
+So a Keras user's `model.fit` gets the same kernels as the package's training loop.
 
 The library is built with the C++ compiler in `$CXX` (default `g++`) into
 `$REALFORMER_TF_CACHE` (default `~/.cache/realformer_tf`), keyed by the sources,
@@ -37,7 +39,7 @@ generator then).
 
     layer = LayerNorm(epsilon=1e-12)  # fused_kernels=True: RealformerLayerNorm where it can
     x = tf.constant(np.random.default_rng(0).normal(size=(2, 5, 24)), tf.float32)
-    y = tf.function(layer)(x)
+    y = tf.function(lambda x: layer(x, training=True))(x)
     kernels.use_fused_kernels(layer, False)  # TensorFlow's ops from the next trace on
 """
 
@@ -107,22 +109,6 @@ def use_fused_kernels(layer, enabled):
     for sublayer in _with_sublayers(layer):
         if hasattr(sublayer, "fused_kernels"):
             sublayer.fused_kernels = bool(enabled)
-
-
-@contextlib.contextmanager
-def fused_kernels_off(layer):
-    """`layer` and its sublayers with `fused_kernels` off inside the context, each
-    restored afterwards: for tracing a graph that must load without this library (a
-    SavedModel export)."""
-    saved = [(sublayer, sublayer.fused_kernels) for sublayer in _with_sublayers(layer)
-             if hasattr(sublayer, "fused_kernels")]
-    try:
-        for sublayer, _ in saved:
-            sublayer.fused_kernels = False
-        yield layer
-    finally:
-        for sublayer, enabled in saved:
-            sublayer.fused_kernels = enabled
 
 
 def _with_sublayers(layer):

@@ -21,6 +21,13 @@ gelu's slope for the backward pass (`LayerNorm.activate_normalize_and_project`).
 exist so that NormFormer's extra normalizations cost passes over the activations, not
 extra copies of them (benchmarks/results/latest_small*.md has the current ratios).
 
+All of this is for training calls (`training=True`, which `model.fit` and the
+package's trainer pass), the fused CPU kernels (`realformer_tf.kernels`) included. An
+inference call (`predict`, `model.export`, `tf.saved_model.save`, a user's own serving
+`tf.function`) runs the plain formula in keras.ops, so a graph traced for it holds only
+TensorFlow's ops and a SavedModel of it loads in TensorFlow Serving and in any Python
+without this package.
+
 The gradient goes through `keras.ops.custom_gradient` (tf.custom_gradient,
 jax.custom_gradient, a torch.autograd.Function). On PyTorch, Keras runs the forward of
 such a function without autograd and hands the backward only `upstream`; the closure
@@ -69,9 +76,10 @@ def _no_slope():
     return ops.zeros(kernels.NO_SLOPE_SHAPE, "float32")
 
 
-# Each op below runs as the library's fused CPU kernel where the layer's `fused_kernels`
-# option and `kernels.ops_for` allow (TensorFlow on a CPU, float32, no XLA) and as the
-# keras.ops composite elsewhere; both compute the same formulas.
+# The training forms. Each op below runs as the library's fused CPU kernel where the
+# layer's `fused_kernels` option and `kernels.ops_for` allow (TensorFlow on a CPU,
+# float32, no XLA) and as the keras.ops composite elsewhere; both compute the same
+# formulas. Inference calls use `_standardize_forward` alone: no gradient bookkeeping.
 
 def _layer_norm(x, gamma, beta, epsilon, fused_kernels=True):
     fused = kernels.ops_for(x, fused_kernels)
@@ -153,10 +161,16 @@ class LayerNorm(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization(axis=-1)` with the cheaper gradient above.
 
     Args:
-        fused_kernels: bool, run as the library's fused CPU kernels where they apply
-            (TensorFlow on CPU, float32, outside XLA; `realformer_tf.kernels`). Default
-            True. The same formulas either way.
+        fused_kernels: bool, run training calls as the library's fused CPU kernels
+            where they apply (TensorFlow on CPU, float32, outside XLA;
+            `realformer_tf.kernels`). Default True. Inference calls never use them, so
+            exported graphs load without this package. The same formulas either way.
         **kwargs: as `keras.layers.LayerNormalization` (`epsilon`, `name`, `dtype`, ...).
+
+    Call args:
+        inputs: [..., width] tensor.
+        training: bool; True lets the fused kernels run (Keras passes the caller's
+            `training` on to nested layers). Default False.
 
     Example:
 
@@ -174,17 +188,15 @@ class LayerNorm(keras.layers.LayerNormalization):
     def get_config(self):
         return dict(super().get_config(), fused_kernels=self.fused_kernels)
 
-    def call(self, inputs):
+    def call(self, inputs, training=False):
         if not self._normalizes_last_axis(inputs):
             return super().call(inputs)
         stats_dtype = self._stats_dtype(inputs)
-        y = _layer_norm(
-            ops.cast(inputs, stats_dtype),
-            ops.cast(self.gamma, stats_dtype),
-            ops.cast(self.beta, stats_dtype),
-            self.epsilon,
-            self.fused_kernels,
-        )
+        x, gamma, beta = (ops.cast(t, stats_dtype) for t in (inputs, self.gamma, self.beta))
+        if training:
+            y = _layer_norm(x, gamma, beta, self.epsilon, self.fused_kernels)
+        else:
+            y = _standardize_forward(x, self.epsilon)[0] * gamma + beta
         return ops.cast(y, self.compute_dtype)
 
     def _normalizes_last_axis(self, inputs):
@@ -194,7 +206,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     def _stats_dtype(self, inputs):
         return "float64" if keras.backend.standardize_dtype(inputs.dtype) == "float64" else "float32"
 
-    def split_affine(self, inputs):
+    def split_affine(self, inputs, training=False):
         """`(standardized, (gamma, beta))`: `self(inputs)` without its gamma and beta, for a
         caller that folds them into the projections that follow
         (`folding.project(dense, standardized, affine)`); `(self(inputs), None)` where
@@ -202,13 +214,15 @@ class LayerNorm(keras.layers.LayerNormalization):
 
         Args:
           inputs: [..., width] tensor.
+          training: the caller's `training`: True lets the fused kernels run.
         """
         if not self._normalizes_last_axis(inputs):
-            return self(inputs), None
-        xhat = _standardize(ops.cast(inputs, self._stats_dtype(inputs)), self.epsilon, self.fused_kernels)
+            return self(inputs, training=training), None
+        x = ops.cast(inputs, self._stats_dtype(inputs))
+        xhat = _standardize(x, self.epsilon, self.fused_kernels) if training else _standardize_forward(x, self.epsilon)[0]
         return ops.cast(xhat, self.compute_dtype), (self.gamma, self.beta)
 
-    def normalize_and_project(self, inputs, dense, fold=True):
+    def normalize_and_project(self, inputs, dense, training=False):
         """dense(self(inputs)), with gamma and beta folded into `dense`'s weights where it
         allows (`split_affine`, `folding.project`): the pre-LN feed-forward's first
         projection.
@@ -216,26 +230,30 @@ class LayerNorm(keras.layers.LayerNormalization):
         Args:
           inputs: [..., width] tensor, normalized over its last axis.
           dense: the projection that takes the normalized tensor.
-          fold: whether to fold (`folding.project`); callers pass `training`.
+          training: the caller's `training`: folds (`folding.project`) and lets the
+            fused kernels run when True.
         """
-        return folding.project(dense, *self.split_affine(inputs), fold=fold)
+        return folding.project(dense, *self.split_affine(inputs, training), fold=bool(training))
 
-    def activate_normalize_and_project(self, pre_activation, hidden_act, dense, fold=True):
+    def activate_normalize_and_project(self, pre_activation, hidden_act, dense, training=False):
         """dense(self(get_activation(hidden_act)(pre_activation))), NormFormer's feed-forward.
 
-        gamma and beta fold into `dense`'s weights where it allows (`folding`), so only
-        the standardization runs on the [batch, length, intermediate] activation; for
-        BERT's "gelu" the activation and the standardization are one op that keeps gelu's
-        slope for the backward pass (`_gelu_standardize`).
+        In training, gamma and beta fold into `dense`'s weights where it allows
+        (`folding`), so only the standardization runs on the [batch, length,
+        intermediate] activation, and for BERT's "gelu" the activation and the
+        standardization are one op that keeps gelu's slope for the backward pass
+        (`_gelu_standardize`); inference runs them one after the other.
 
         Args:
           pre_activation: [..., width] input of the activation; normalized over its last axis.
           hidden_act: a BERT config activation name (realformer_tf.layers.activations).
           dense: the projection that takes the normalized activation.
-          fold: whether to fold (`folding.project`); callers pass `training`.
+          training: the caller's `training`: folds (`folding.project`) and lets the
+            fused kernels run when True.
         """
-        if not (hidden_act == "gelu" and self._normalizes_last_axis(pre_activation)):
-            return self.normalize_and_project(get_activation(hidden_act)(pre_activation), dense, fold)
+        if not (training and hidden_act == "gelu" and self._normalizes_last_axis(pre_activation)):
+            return self.normalize_and_project(get_activation(hidden_act)(pre_activation), dense, training)
         xhat = _gelu_standardize(pre_activation, self.epsilon, self._stats_dtype(pre_activation),
                                  self.fused_kernels)
-        return folding.project(dense, ops.cast(xhat, dense.compute_dtype), (self.gamma, self.beta), fold)
+        return folding.project(dense, ops.cast(xhat, dense.compute_dtype), (self.gamma, self.beta),
+                               bool(training))

@@ -174,7 +174,7 @@ class _BlockBase(keras.layers.Layer):
             )
 
     # -- sublayer application -----------------------------------------------------------
-    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention, output_range=None):
+    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention, training, output_range=None):
         """Applies one attention sublayer in the configured LayerNorm arrangement.
 
         `call_attention(h, affine)` runs the attention and returns (output, scores): on
@@ -187,7 +187,7 @@ class _BlockBase(keras.layers.Layer):
         if self.layer_norm_type == "post":
             out, scores = call_attention(x, None)
             return layer_norm(residual + dropout(out)), scores
-        out, scores = call_attention(*layer_norm.split_affine(x))
+        out, scores = call_attention(*layer_norm.split_affine(x, training))
         if self.normformer:
             out = post_norm(out)
         return residual + dropout(out), scores
@@ -196,11 +196,10 @@ class _BlockBase(keras.layers.Layer):
         if self.layer_norm_type == "post":
             inner = self.intermediate_dense(x)
         else:
-            inner = self.output_layer_norm.normalize_and_project(
-                x, self.intermediate_dense, fold=bool(training))
+            inner = self.output_layer_norm.normalize_and_project(x, self.intermediate_dense, training)
         if self.normformer:
             out = self.intermediate_layer_norm.activate_normalize_and_project(
-                inner, self.hidden_act, self.output_dense, fold=bool(training))
+                inner, self.hidden_act, self.output_dense, training)
         else:
             out = self.output_dense(self.activation(inner))
         out = self.output_dropout(out, training=training)
@@ -314,6 +313,7 @@ class TransformerEncoderBlock(_BlockBase):
             getattr(self, "attention_post_layer_norm", None),
             lambda t: self.attention_dropout_layer(t, training=training),
             call_attention,
+            training,
             output_range,
         )
         output = self._feed_forward_sublayer(x, training)
@@ -418,6 +418,7 @@ class TransformerDecoderBlock(_BlockBase):
                 prev_scores=self._prev(prev_self_scores), use_causal_mask=True,
                 training=training, query_affine=affine, value_affine=affine,
             ),
+            training,
         )
         x, cross_scores = self._attention_sublayer(
             x,
@@ -429,6 +430,7 @@ class TransformerDecoderBlock(_BlockBase):
                 prev_scores=self._prev(prev_cross_scores), training=training,
                 query_affine=affine,
             ),
+            training,
         )
         return self._feed_forward_sublayer(x, training), self_scores, cross_scores
 

@@ -41,7 +41,6 @@ import uuid
 
 import tensorflow as tf
 
-from realformer_tf import kernels
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import require_tensorflow_backend
 from realformer_tf.checkpoints import variant_evidence
@@ -198,8 +197,7 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
             model, task, encoder, label_names, is_regression, family, input_options,
             length_buckets=signatures.ETC_LENGTH_BUCKETS if length_buckets is None else length_buckets,
             compile_model=compile_model)
-        with kernels.fused_kernels_off(model):  # a graph TensorFlow Serving loads without our library
-            _save(serving, temp, info)
+        _save(serving, temp, info)  # inference calls only: no fused-kernel op (TF Serving loads it)
         tf.io.gfile.rename(temp, final)
     except BaseException:
         if tf.io.gfile.exists(temp):

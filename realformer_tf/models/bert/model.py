@@ -43,6 +43,7 @@ class BertModel(bert_compat.OriginalBertModelApi, ConfigModel, keras.Model):
     """
 
     config_class = BertConfig
+    serving_inputs = ("input_ids", "input_mask", "segment_ids")
 
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
@@ -114,6 +115,7 @@ class _BertWithHead(ConfigModel, keras.Model):
     """A `BertModel` (attribute `bert`) plus task heads."""
 
     config_class = BertConfig
+    serving_inputs = ("input_ids", "input_mask", "segment_ids")
 
     def __init__(self, config, **kwargs):
         if isinstance(config, dict):
@@ -135,6 +137,8 @@ class BertPretrainingModel(_BertWithHead):
     """BERT with the masked-LM (`cls/predictions`) and next-sentence
     (`cls/seq_relationship`) heads. Extra input: `masked_lm_positions` [B, P].
     Extra outputs: `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2]."""
+
+    serving_inputs = _BertWithHead.serving_inputs + ("masked_lm_positions",)
 
     def __init__(self, config, **kwargs):
         kwargs.setdefault("name", "bert_pretraining")

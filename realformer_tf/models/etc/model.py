@@ -190,6 +190,7 @@ class EtcModel(ConfigModel, keras.Model):
     """
 
     config_class = EtcConfig
+    serving_inputs = ("long_token_ids", "global_token_ids")
 
     def __init__(self, config, **kwargs):
         config = _as_config(config)
@@ -282,6 +283,7 @@ class EtcModel(ConfigModel, keras.Model):
 
 class _EtcWithHead(ConfigModel, keras.Model):
     config_class = EtcConfig
+    serving_inputs = ("long_token_ids", "global_token_ids")
 
     def __init__(self, config, **kwargs):
         config = _as_config(config)
@@ -303,6 +305,8 @@ class EtcPretrainingModel(_EtcWithHead):
     global token (so BERT pretraining records train it unchanged).
     Extra input: `masked_lm_positions` [B, P] (long positions). Extra outputs:
     `masked_lm_logits` [B, P, vocab], `next_sentence_logits` [B, 2] (float32)."""
+
+    serving_inputs = _EtcWithHead.serving_inputs + ("masked_lm_positions",)
 
     def __init__(self, config, next_sentence_head=True, **kwargs):
         kwargs.setdefault("name", "etc_pretraining")
