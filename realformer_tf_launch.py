@@ -66,3 +66,7 @@ def create_pretraining_data():
 
 def tpu_smoke_check():
     run("tpu_smoke_check")
+
+
+def make_vocab():
+    run("make_vocab")

@@ -11,7 +11,7 @@ Writes
                            is a verse from the Old (0) or the New (1) Testament?
   data/kjv/train.txt.xz    the demo's pretraining text: the verses not in the task, in documents of
   data/kjv/heldout.txt.xz  25 consecutive verses, every 10th document held out (xz-compressed)
-  data/kjv/vocab.txt       a WordPiece vocab learned from kjv/train (experiments/make_vocab.py)
+  data/kjv/vocab.txt       a WordPiece vocab learned from kjv/train (make_vocab.py's WordPiece)
 Verses in the classification task are disjoint from the pretraining texts.
 """
 
@@ -21,8 +21,8 @@ import random
 import re
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
-from make_vocab import learn_vocab  # noqa: E402 (a script folder, not a package)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from realformer_tf.data.vocab_learning import learn_wordpiece  # noqa: E402 (run from a clone)
 
 FIRST_NEW_TESTAMENT_LINE = 23146  # Matthew 1:1 in the one-verse-per-line text
 # Some books' verses start with a reference ("1Sm1:1 ", "2Cor4:5 "): drop it, it would
@@ -94,7 +94,7 @@ def write_demo_corpus(verses, out_dir, verses_per_document=25, held_out_every=10
     with open(train_text, "w", encoding="utf-8") as f:
         f.write("\n\n".join(splits["train"]) + "\n")
     try:
-        vocab = learn_vocab(train_text, vocab_size=4000)
+        vocab = learn_wordpiece([train_text], vocab_size=4000).tokens
     finally:
         os.remove(train_text)
     with open(os.path.join(kjv_dir, "vocab.txt"), "w", encoding="utf-8") as f:

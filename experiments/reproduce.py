@@ -18,6 +18,11 @@ seeded study's commands and numbers.
   # the report of the runs finished so far, while a study runs in parts
   python experiments/reproduce.py --budget=study --output_dir=/tmp/study ... --report_only
 
+  # the report of an archive alone (the repository's study: experiments/results/), labelled
+  # with the data its runs were trained on (ARCHIVE/study_data.json)
+  python experiments/reproduce.py --budget=study --output_dir=/tmp/report \
+    --archive_dir=experiments/results/study_runs --report_only
+
   # one run again from its seed (names as in results.md), into a fresh folder
   python experiments/reproduce.py --budget=study --output_dir=/tmp/check ... \
     --only=realformer_L12_lr0.003_s2_n6000
@@ -33,7 +38,9 @@ runs are shared by --workers processes; rerunning the same command reuses finish
 and resumes interrupted ones from their checkpoints. With --archive_dir, each finished
 run's small files are also kept there and restored from there, so a study continues
 on another machine (the repository's study keeps its runs in
-experiments/results/study_runs/).
+experiments/results/study_runs/). The archive also keeps the study's data (vocab size,
+held-out baselines, input names: study_data.json); other data given with it is refused
+in one line. Reports never name an absolute path.
 
 Budgets (--budget; single flags such as --num_train_steps or --seeds override a
 preset's value; realformer_tf/research/grid.py BUDGETS has them all):
@@ -106,7 +113,9 @@ def define_flags(fv):
     flags.DEFINE_list("only", None, "Train only these runs (names as in results.md, e.g. "
                       "bert_L4_lr0.003_s1_n6000), to reproduce them; writes no report.", flag_values=fv)
     flags.DEFINE_bool("report_only", False, "Train nothing: write the report from the runs finished so far "
-                      "(the others listed as not finished), e.g. while a long study runs in parts.", flag_values=fv)
+                      "(the others listed as not finished), e.g. while a long study runs in parts. With "
+                      "--archive_dir the data flags may be left out: the archive's study_data.json labels "
+                      "the report.", flag_values=fv)
     flags.DEFINE_string("worker", None, "Internal: 'k/n', this process is worker k of n.", flag_values=fv)
     # Overrides of the budget preset (None: the preset's value).
     flags.DEFINE_enum("model", None, ["tiny", "narrow", "mini", "small"], "Model size preset.", flag_values=fv)
@@ -220,16 +229,20 @@ def run_script_logged(script, flag_values, log_path):
 
 
 def _check_inputs(fv, budget, output_dir):
-    """(train_file, eval_file, data_note): the records given, or built from --text_file."""
+    """(train_file, eval_file, data_note): the records given, or built from --text_file;
+    (None, None, "") for a report of the archive alone (--report_only without data)."""
     records_given = bool(fv.train_input_file or fv.eval_input_file)
+    if not records_given and not fv.text_file and fv.report_only and fv.archive_dir:
+        return None, None, ""  # the archive's own data labels the report (_study_data)
     cli.require(records_given != bool(fv.text_file),
                 "give either --train_input_file and --eval_input_file (TFRecords) or --text_file "
-                "(raw text, with --vocab_file)")
+                "(raw text, with --vocab_file); with --report_only, an --archive_dir alone reports its runs")
     if not records_given:
         train_file, eval_file = _prepare_records(fv, budget, output_dir)
         return train_file, eval_file, (
-            f"Built from `{fv.text_file}`" + (f" and `{fv.eval_text_file}`" if fv.eval_text_file
-                                              else f" (every {fv.eval_every_n_documents}th document held out)") + ".")
+            f"Built from `{_input_name(fv.text_file, output_dir)}`"
+            + (f" and `{_input_name(fv.eval_text_file, output_dir)}`" if fv.eval_text_file
+               else f" (every {fv.eval_every_n_documents}th document held out)") + ".")
     cli.require(fv.train_input_file and fv.eval_input_file, "give both --train_input_file and --eval_input_file")
     from realformer_tf.data import pretraining
     from realformer_tf.data.records import InputError
@@ -240,6 +253,53 @@ def _check_inputs(fv, budget, output_dir):
         except InputError as e:
             raise InputError(str(e).replace("--input_file", f"--{flag}")) from None
     return fv.train_input_file, fv.eval_input_file, ""
+
+
+def _input_name(path, output_dir):
+    """How the report names an input: inside the study's --output_dir as
+    `<output_dir>/...`, inside the repository relative to it, else by its file name. Never
+    an absolute path: a report is read on other machines, whose paths these are not."""
+    if "://" in path:
+        return path
+    path = os.path.abspath(path)
+    for base, prefix in ((output_dir, "<output_dir>/"), (ROOT, "")):
+        if "://" not in base and os.path.commonpath([path, os.path.abspath(base)]) == os.path.abspath(base):
+            return prefix + os.path.relpath(path, base)
+    return os.path.basename(path)
+
+
+def _study_data(fv, budget, inputs, archive_dir):
+    """The StudyData that labels the report: that of the data given, checked against the
+    archive's (one error line if the archive holds runs of other data) and kept in it;
+    the archive's own with --report_only and no data."""
+    from realformer_tf.research import run_archive, study_files, study_stats
+
+    train_file, eval_file, data_note = inputs
+    archived = run_archive.load_study_data(archive_dir) if archive_dir else None
+    if train_file is None:
+        cli.require(archived, f"--archive_dir={fv.archive_dir} does not name the data of its runs "
+                    f"({run_archive.STUDY_DATA}): give the study's data as well (--text_file, or "
+                    "--train_input_file and --eval_input_file)")
+        return archived
+    unigram, copy_unigram = study_stats.plateau_baselines(eval_file, budget.max_seq_length,
+                                                          budget.max_predictions_per_seq)
+    current = study_files.StudyData(
+        vocab_size=study_files.count_vocab(fv.vocab_file) if fv.vocab_file else fv.vocab_size,
+        unigram_baseline=unigram, copy_unigram_baseline=copy_unigram,
+        train_records=_input_name(train_file, fv.output_dir), eval_records=_input_name(eval_file, fv.output_dir),
+        data_note=data_note)
+    if archived is None:
+        if archive_dir:
+            run_archive.save_study_data(archive_dir, current)
+        return current
+    if archived.differs_from(current):
+        from realformer_tf.data.records import InputError
+
+        raise InputError(f"--archive_dir={fv.archive_dir} holds runs of other data ({archived.describe()}; "
+                         f"this data: {current.describe()}), which a report would mislabel and a run would mix "
+                         "with them: give the study's own data, another --archive_dir, or --report_only with "
+                         "no data to report the archive alone")
+    return archived
 
 
 def _check_budget(fv, budget):
@@ -370,13 +430,13 @@ def _report(fv, repro, state):
     import tensorflow as tf
 
     from realformer_tf.research import study_report, study_stats
+    from realformer_tf.research.study_files import StudyData
 
     results = repro.collect()
-    report = study_report.write_all(repro, results, fv.budget, state["data_note"],
-                                    analysis=fv.analysis)
+    data = StudyData(**state["data"])
+    report = study_report.write_all(repro, results, fv.budget, data, analysis=fv.analysis)
     with tf.io.gfile.GFile(os.path.join(repro.output_dir, "results.json"), "w") as f:
-        json.dump({"budget": fv.budget, "settings": state["settings"], "vocab_size": state["vocab_size"],
-                   "train_file": state["train_file"], "eval_file": state["eval_file"],
+        json.dump({"budget": fv.budget, "settings": state["settings"], "data": state["data"],
                    "threads_per_worker": fv.threads_per_worker,
                    "runs": [study_stats.result_dict(r) for r in results]}, f, indent=2)
     return report, results
@@ -387,7 +447,7 @@ def _study_state(fv):
     grid's state to study.json for the workers and returns it."""
     import tensorflow as tf
 
-    from realformer_tf.research import grid, study_files
+    from realformer_tf.research import grid
 
     try:
         variants = grid.parse_variants(fv.variants)
@@ -401,13 +461,15 @@ def _study_state(fv):
                                                   "give one of them")
     fv.output_dir = os.path.abspath(fv.output_dir) if "://" not in fv.output_dir else fv.output_dir
     tf.io.gfile.makedirs(fv.output_dir)
-    train_file, eval_file, data_note = _check_inputs(fv, budget, fv.output_dir)
-    vocab_size = study_files.count_vocab(fv.vocab_file) if fv.vocab_file else fv.vocab_size
+    inputs = _check_inputs(fv, budget, fv.output_dir)
     archive_dir = os.path.abspath(fv.archive_dir) if fv.archive_dir and "://" not in fv.archive_dir \
         else fv.archive_dir
+    data = _study_data(fv, budget, inputs, archive_dir)
+    # The workers' state (absolute paths: they run in other processes); the report names
+    # its inputs through `data` only.
     state = dict(output_dir=fv.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
-                 train_file=train_file, eval_file=eval_file, vocab_size=vocab_size, data_note=data_note,
-                 archive_dir=archive_dir)
+                 train_file=inputs[0], eval_file=inputs[1], vocab_size=data.vocab_size,
+                 data=dataclasses.asdict(data), archive_dir=archive_dir)
     with tf.io.gfile.GFile(_state_path(fv.output_dir), "w") as f:
         json.dump(state, f, indent=2)
     return state

@@ -607,3 +607,88 @@ def test_stability_verdict_compares_the_largest_stable_learning_rates(tmp_path):
                if r.run.seed == 2 and r.run.learning_rate != 1e-1 else r for r in results]
     assert study_stats.max_stable_lr(repro, interim, "realformer", baseline) == 1e-2
     assert "| 0.3000 | " in "\n".join(study_report.sweep_table(repro, interim, baseline))
+
+
+# -- a report of archived runs: the study's own data, and where its time went ---------------------
+
+def _archive_of_finished_runs(archive, budget, variants):
+    """An archive of a toy grid's runs, finished as far as the report can tell (held-out
+    results at the run's step, timing), without training them."""
+    for k, run in enumerate(grid.plan_runs(budget, variants, variants)):
+        folder = archive / run.name
+        folder.mkdir(parents=True)
+        (folder / "eval_results.txt").write_text(f"global_step = {run.steps}\nloss = 4.0\nmasked_lm_accuracy = "
+                                                 f"{0.2 + 0.01 * k:.2f}\nmasked_lm_loss = 3.5\n")
+        (folder / "timing.json").write_text(json.dumps({"train_seconds": 60.0, "eval_seconds": 1.0}))
+
+
+def test_report_of_an_archive_is_labelled_with_the_studys_own_data_or_refuses_other_data(tmp_path):
+    vocab = h.write_vocab(tmp_path / "vocab.txt")
+    train = h.write_pretraining_records(tmp_path / "train.tfrecord", 16, 32, 5)
+    held_out = h.write_pretraining_records(tmp_path / "eval.tfrecord", 16, 32, 5, seed=1)
+    archive = tmp_path / "archive"
+    grid_flags = dict(budget="toy", variants="bert", depths="1", seeds="1,2", sweep_learning_rates="1e-2",
+                      archive_dir=archive)
+    budget = dataclasses.replace(grid.BUDGETS["toy"], depths=(1,), seeds=(1, 2), sweep_learning_rates=(1e-2,))
+    _archive_of_finished_runs(archive, budget, ["bert"])
+
+    def report(output_dir, **data):
+        return h.run_script("experiments/reproduce.py", *h.flags(output_dir=tmp_path / output_dir, **grid_flags,
+                                                                 **data), "--noanalysis", "--report_only")
+
+    first = report("first", train_input_file=train, eval_input_file=held_out, vocab_file=vocab)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "Report of 4 finished run(s), 0 not finished" in first.stdout
+    kept = run_archive.load_study_data(str(archive))  # the data the archive's runs are labelled with
+    assert kept.vocab_size == h.vocab_size() and (kept.unigram_baseline, kept.copy_unigram_baseline) == \
+        study_stats.plateau_baselines(held_out, 32, 5)
+    labelled = (tmp_path / "first" / "results.md").read_text()
+    assert f"vocab {h.vocab_size()}." in labelled and f"{kept.copy_unigram_baseline:.4f}" in labelled
+    # Other data (a larger vocab, other held-out records) against this archive: one line.
+    other_vocab = h.write_vocab(tmp_path / "other_vocab.txt", words=h.WORDS + ["zebra", "quokka"])
+    other_eval = h.write_pretraining_records(tmp_path / "other_eval.tfrecord", 16, 32, 5, seed=7)
+    error = h.one_error_line(report("other", train_input_file=train, eval_input_file=other_eval,
+                                    vocab_file=other_vocab), "--archive_dir", "other data", f"vocab {h.vocab_size()}")
+    assert f"vocab {h.vocab_size() + 2}" in error and not (tmp_path / "other" / "results.md").exists()
+    # The archive alone (no data at hand): the same report, from the archive's data.
+    alone = report("alone")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    undated = re.compile(r"Written \d{4}-\d\d-\d\d \d\d:\d\d")
+    assert undated.sub("", (tmp_path / "alone" / "results.md").read_text()) == undated.sub("", labelled)
+    # Never a path of this machine: inputs by their place in the output_dir, or their name.
+    for name in ("results.md", "results.json"):
+        text = (tmp_path / "first" / name).read_text()
+        assert str(tmp_path) not in text and "train.tfrecord" in text, name
+    (archive / run_archive.STUDY_DATA).unlink()
+    h.one_error_line(report("unnamed"), "does not name the data of its runs", run_archive.STUDY_DATA)
+
+
+def test_pauses_are_stretches_without_steps_and_the_report_says_what_they_were():
+    def session(start, gaps):
+        times, wall = [(start, 100)], start
+        for k, gap in enumerate(gaps):
+            wall += gap
+            times.append((wall, 100 * (k + 2)))
+        return times
+
+    steady = session(0.0, [7.0] * 29)
+    assert study_stats.pauses(steady) == [] and study_stats.usual_seconds_per_step(steady) == pytest.approx(0.07)
+    held = session(0.0, [7.0] * 5 + [1200.0] + [7.0] * 23)
+    (pause,) = study_stats.pauses(held)
+    assert (pause.start, pause.seconds) == (35.0, 1200.0)
+    beside = session(10.0, [7.0] * 3 + [1100.0] + [7.0] * 25)  # a worker held up at the same time
+    alone = session(5000.0, [8.0] * 10 + [300.0] + [8.0] * 18)
+    sessions = {"a": (study_stats.pauses(held), 0.07), "b": (study_stats.pauses(beside), 0.07),
+                "c": (study_stats.pauses(alone), 0.08), "d": ([], 0.07)}
+    text = study_report.pause_lines(sessions)[-1]
+    assert "3 run(s) include pauses" in text and "3 stretch(es) of 5-20 min" in text and "7-8 s per 100 steps" in text
+    assert "2 of the 3 pauses overlap a pause of another run" in text
+    assert "include pauses" not in study_report.pause_lines({"d": ([], 0.07)})[-1]
+
+
+def test_sweep_columns_are_in_increasing_learning_rate(tmp_path):
+    budget = dataclasses.replace(grid.BUDGETS["toy"], learning_rate=3e-3, sweep_learning_rates=(1e-3, 3e-2, 1e-2))
+    repro = experiments.Reproduction(str(tmp_path), ["bert"], budget, "train", "eval", 48)
+    assert study_stats.sweep_lrs(budget) == (1e-3, 3e-3, 1e-2, 3e-2)
+    header = study_report.sweep_table(repro, [], 0.1)[0]
+    assert header == "| variant | lr 0.001 | lr 0.003 | lr 0.01 | lr 0.03 | largest stable lr |"

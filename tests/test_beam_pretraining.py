@@ -74,7 +74,7 @@ def corpus(tmp_path_factory):
         corpus[name] = str(d / name / "train")
         proc = h.run_script("create_pretraining_data.py", *_beam_args(corpus, corpus[name]), *runner)
         _check(proc, name)
-        corpus[name + "_stdout"] = proc.stdout
+        corpus[name + "_stdout"], corpus[name + "_stderr"] = proc.stdout, proc.stderr
     return corpus
 
 
@@ -209,6 +209,28 @@ def test_local_workers_end_without_teardown_unless_an_exception_is_pending(monke
     monkeypatch.setattr(sys, "last_value", RuntimeError("the harness failed"), raising=False)
     end_now()
     assert exits == [0]  # not called again: Python ends the process with status 1
+
+
+def test_worker_processes_print_no_start_up_lines(corpus):
+    """Each DirectRunner worker prints Beam's start-up lines before its log level applies
+    ("INFO:__main__:Logging handler created.", the import notes); none reaches stderr."""
+    for line in ("Logging handler created", "GCSFileSystem", "apitools"):
+        assert line not in corpus["two_workers_stderr"], corpus["two_workers_stderr"]
+
+
+def test_stderr_without_drops_the_noise_of_child_processes_and_passes_the_rest(capfd):
+    import subprocess
+    import sys
+
+    from realformer_tf.data.beam_workers import stderr_without
+
+    def child(text):  # a process writing to the stderr it inherits, as a Beam worker does
+        subprocess.run([sys.executable, "-c", f"import sys; sys.stderr.write({text!r})"], check=True)
+
+    with stderr_without(("noise",)):
+        child("noise 1\nerror: a real line\nnoise 2\nlast, no newline")
+    child("\nnoise after, unfiltered\n")
+    assert capfd.readouterr().err == "error: a real line\nlast, no newline\nnoise after, unfiltered\n"
 
 
 def test_document_names_do_not_depend_on_where_the_corpus_is():

@@ -25,9 +25,9 @@ def write_task(data_dir, task_name, n=6):
     _, task = glue.get_task(task_name)
     for split in ("train", "dev", "test"):
         layout = getattr(task, split)
-        width = max(i for i in (layout.text_a, layout.text_b, layout.label or 0) if i is not None) + 1
-        # MNLI's train/dev rows end with label1..label5 and gold_label (12 columns).
-        width = max(width, {"mnli": 12, "mnli-mm": 12, "xnli": 10}.get(task_name, width))
+        # MNLI's train/dev rows end with label1..label5 and gold_label (12 columns); XNLI's
+        # dev/test carry parses and labels the task does not read.
+        width = layout.columns or max(layout.needed(), {"mnli": 12, "mnli-mm": 12, "xnli": 10}.get(task_name, 0))
         rows = [[f"h{i}" for i in range(width)]] if layout.header else []
         for k in range(n):
             row = [f"x{k}"] * width
@@ -72,6 +72,24 @@ def test_missing_columns_names_file_and_line(tmp_path):
                                          ["1", "2", "3", A, B], ["1", "2", A]])
     with pytest.raises(InputError, match=r"train.tsv, line 3: 3 column\(s\), expected at least 5"):
         glue.read_examples("mrpc", str(tmp_path), "train")
+
+
+def test_extra_column_is_named_where_the_layout_fixes_the_count(tmp_path):
+    """SST-2's `sentence<TAB>label`: a third column (a note, or a tab inside the
+    sentence) is one line-numbered error naming it; MNLI's rows keep their extra columns."""
+    _write(str(tmp_path / "train.tsv"), [["sentence", "label"], [A, "0"], [A, "1", "a note"]])
+    with pytest.raises(InputError, match=r"train.tsv, line 3: 3 columns, expected 2 for task sst-2; "
+                                         r"column 3 \('a note'\) is extra"):
+        glue.read_examples("sst-2", str(tmp_path), "train")
+    _write(str(tmp_path / "dev.tsv"), [["sentence", "label"], ["the cat\tsees the river", "0"]])  # a tab inside
+    with pytest.raises(InputError, match=r"dev.tsv, line 2: 3 columns, expected 2 .* column 3 \('0'\)"):
+        glue.read_examples("sst-2", str(tmp_path), "dev")
+    write_task(str(tmp_path / "mnli"), "mnli")
+    path = tmp_path / "mnli" / "dev_matched.tsv"
+    rows = [line.split("\t") for line in path.read_text().splitlines()]  # dev has label1..label5: 16 columns
+    _write(str(path), [row[:-1] + ["label2", "label3", "label4", "label5"] + row[-1:] for row in rows])
+    assert [e.label for e in glue.read_examples("mnli", str(tmp_path / "mnli"), "dev")] == \
+        [row[-1] for row in rows[1:]]
 
 
 def test_unknown_label_is_named(tmp_path):

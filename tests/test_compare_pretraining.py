@@ -131,7 +131,7 @@ def test_processes_sharing_an_output_dir_keep_each_others_runs(tmp_path):
     s = settings(tmp_path)
     path = str(tmp_path / "out" / "compare_pretraining.json")
     run = {"steps": [0], "accuracy": [0.1], "loss": [5.0], "seconds": 1.0}
-    first = {"settings": dataclasses.asdict(s), "baselines": {"unigram": 0.1, "copy_unigram": 0.2},
+    first = {"settings": cp._recorded_settings(s), "baselines": {"unigram": 0.1, "copy_unigram": 0.2},
              "runs": {"ours": {"1": run}}}
     second = json.loads(json.dumps(dict(first, runs={"transformers": {"1": run}})))
     cp._save(path, first, s)
@@ -142,6 +142,7 @@ def test_processes_sharing_an_output_dir_keep_each_others_runs(tmp_path):
     saved = cp._save(path, saved, s)
     assert {side: sorted(runs) for side, runs in saved["runs"].items()} == {"ours": ["1", "2"], "transformers": ["1"]}
     assert json.load(open(path)) == saved
+    assert saved["settings"]["train_file"] == os.path.basename(s.train_file)  # no machine's path
 
 
 def test_a_difference_is_marked_only_outside_two_standard_errors_over_seeds():

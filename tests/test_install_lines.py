@@ -17,7 +17,8 @@ import pytest
 import helpers_data as h
 
 DOCS = [os.path.join(h.ROOT, "README.md"), *sorted(glob.glob(os.path.join(h.ROOT, "docs", "*.md")))]
-COMMAND = re.compile(r"`(pip install [^`]+)`")
+# `pip install ...`, also through a venv's pip (`.venv/bin/pip install -e ".[beam]"`).
+COMMAND = re.compile(r"`(?:[\w./-]*/)?(pip install [^`]+)`")
 
 
 def _extras():

@@ -18,7 +18,7 @@ CONSOLE_SCRIPTS = {
     "realformer-pretrain": "--max_predictions_per_seq", "realformer-classifier": "--task_name",
     "realformer-squad": "--doc_stride", "realformer-export": "--export_dir",
     "realformer-convert": "--output_checkpoint", "realformer-create-pretraining-data": "--dupe_factor",
-    "realformer-tpu-smoke-check": "--variants",
+    "realformer-tpu-smoke-check": "--variants", "realformer-make-vocab": "--vocab_type",
 }
 
 

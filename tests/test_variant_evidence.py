@@ -332,6 +332,27 @@ def test_transformers_refuses_a_variant_folder(tmp_path):
         transformers.AutoModel.from_pretrained(folder)
 
 
+def test_convert_checkpoint_says_once_that_a_variant_folder_is_written(tmp_path, caplog):
+    """--hf_allow_variant: one `warning:` line that the folder is for realformer_tf only,
+    not a second one logged by the writer (absl's log lines reach pytest's log capture,
+    a terminal's stderr otherwise)."""
+    from realformer_tf import modeling
+
+    config = h.write_config(tmp_path / "bert_config.json")  # states residual attention on
+    prefix = bert_checkpoint.save_bert_checkpoint(modeling.BertPretrainingModel(h.tiny_config()),
+                                                  str(tmp_path / "in" / "m.ckpt"))
+    proc = h.run_script("convert_checkpoint.py", *h.flags(
+        bert_config_file=config, input_checkpoint=prefix, output_format="hf", hf_allow_variant=True,
+        vocab_file=h.write_vocab(tmp_path / "vocab.txt"), output_checkpoint=tmp_path / "hf"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    output = proc.stdout + proc.stderr
+    assert output.count("is not vanilla post-LN BERT") == 1 and output.count("realformer_bert") == 1, output
+    (line,) = [line for line in output.splitlines() if "realformer_bert" in line]
+    assert line.startswith("warning: ")
+    assert not [r.getMessage() for r in caplog.records if "realformer_bert" in r.getMessage()]
+    assert json.load(open(tmp_path / "hf" / "config.json"))["model_type"] == "realformer_bert"
+
+
 @pytest.mark.slow
 def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path):
     from realformer_tf import etc_modeling, modeling

@@ -35,8 +35,8 @@ from realformer_tf import app
 from realformer_tf.jobs import cli
 from realformer_tf.jobs import outputs
 from realformer_tf.data import beam_pretraining, pretraining_shards
-from realformer_tf.data.records import InputError, expand_input_files
-from realformer_tf.data.text_files import check_utf8
+from realformer_tf.data.records import expand_input_files
+from realformer_tf.data.text_files import check_text_files
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.fileio import commit, temporary_name
 
@@ -154,16 +154,6 @@ def run(FLAGS, unparsed=()):  # noqa: N803 (the original script's name for its f
         commit(temp, final)
     written.report()
     print(f"Wrote {len(instances)} examples to {', '.join(output_files)}", flush=True)
-
-
-def check_text_files(files):
-    """Every input file is readable UTF-8 text; else one InputError naming the file."""
-    for path in files:
-        try:
-            check_utf8([path])
-        except (tf.errors.OpError, OSError) as e:
-            reason = getattr(e, "message", None) or str(e)
-            raise InputError(f"--input_file {path} cannot be read as a text file ({reason.splitlines()[0]})") from None
 
 
 def _refuse_beam_flags(FLAGS, unparsed):  # noqa: N803

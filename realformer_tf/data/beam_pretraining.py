@@ -40,6 +40,7 @@ give the same bytes on any runner with any number of workers. Apache Beam is an 
 """
 
 import atexit
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -48,6 +49,7 @@ import random
 import sys
 import time
 
+from realformer_tf.data.beam_workers import IMPORT_NOISE, WORKER_START_NOISE, stderr_without, with_quiet_local_workers
 from realformer_tf.data.bucket_examples import (
     example_bytes, read_documents, round_instances, seeded_global_random, tokenize_documents)
 from realformer_tf.data.pretraining_shards import (
@@ -59,9 +61,6 @@ from realformer_tf.fileio import commit, gfile, temporary_name
 
 COUNTERS = "realformer_tf.pretraining_data"  # the Beam metrics namespace of the counters below
 _INSTALL = 'pip install "realformer_tf[beam]"'
-# Beam's own messages when imported without Google Cloud's client libraries: this
-# pipeline reads and writes gs:// through tf.io.gfile, never through Beam's GCS I/O.
-_IMPORT_NOISE = ("Failed to import GCSFileSystem", "apitools not found")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +327,7 @@ def import_beam():
 
     class _DropImportNoise(logging.Filter):
         def filter(self, record):
-            return not any(noise in record.getMessage() for noise in _IMPORT_NOISE)
+            return not any(noise in record.getMessage() for noise in IMPORT_NOISE)
 
     loggers, drop = [logging.getLogger(), logging.getLogger("apache_beam.io.filesystems")], _DropImportNoise()
     for logger in loggers:
@@ -390,10 +389,11 @@ def run_pipeline(config, pipeline_args, runner):
         local_workers = ("direct" in str(runner).lower()
                          and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
         build_pipeline(pipeline, config, run_token, os.getpid() if local_workers else None)
-        result = pipeline.run()
-        # Waited for even with --no_wait_until_finish: the shards are renamed into place
-        # only once every one of them is written.
-        state = result.wait_until_finish()
+        with stderr_without(WORKER_START_NOISE) if local_workers else contextlib.nullcontext():
+            result = pipeline.run()
+            # Waited for even with --no_wait_until_finish: the shards are renamed into
+            # place only once every one of them is written.
+            state = result.wait_until_finish()
         if state != PipelineState.DONE:
             raise RuntimeError(f"the pipeline ended in state {state}; no shard was written under its final name")
         counters = read_counters(result)
@@ -404,17 +404,6 @@ def run_pipeline(config, pipeline_args, runner):
     finally:
         remove_run_temporaries(config, run_token)
     return dict(counters, seconds=time.time() - start)
-
-
-def with_quiet_local_workers(pipeline_args, runner):
-    """`pipeline_args`, plus --default_sdk_harness_log_level=ERROR on the DirectRunner
-    unless given: its worker processes write to this terminal, and at their default
-    (INFO) each prints some twenty lines about its channels. Errors still show; on a
-    cloud runner the workers' logs go to the service, untouched."""
-    args = list(pipeline_args)
-    if "direct" in str(runner).lower() and not any(a.startswith("--default_sdk_harness_log_level") for a in args):
-        args.append("--default_sdk_harness_log_level=ERROR")
-    return args
 
 
 def read_counters(result):

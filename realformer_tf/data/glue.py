@@ -18,13 +18,21 @@ from realformer_tf.data.records import InputError
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Column indices of one TSV file; `label=None` for unlabeled test files."""
+    """Column indices of one TSV file; `label=None` for unlabeled test files. `columns`:
+    how many columns a row has, when the file's layout fixes it (a row with more is
+    refused: a tab inside a text would shift the columns after it); None where rows
+    carry further columns the task does not read (MNLI's label1..label5, XNLI's parses)."""
 
     file: str
     text_a: int
     text_b: Optional[int] = None
     label: Optional[int] = None
     header: bool = True
+    columns: Optional[int] = None
+
+    def needed(self):
+        """The columns a row must have at least: up to the last one read."""
+        return max(i for i in (self.text_a, self.text_b, self.label or 0) if i is not None) + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,30 +49,32 @@ class GlueTask:
 
 
 _PAIR = dict(text_a=1, text_b=2)
+# Column counts as GLUE distributes the files (header included): CoLA's train/dev have no
+# header (source, label, original label, sentence); QNLI/RTE/WNLI are index, text, text, label.
 TASKS = {
-    "cola": GlueTask(["0", "1"], Layout("train.tsv", 3, None, 1, header=False),
-                     Layout("dev.tsv", 3, None, 1, header=False), Layout("test.tsv", 1), "mcc"),
-    "sst-2": GlueTask(["0", "1"], Layout("train.tsv", 0, None, 1), Layout("dev.tsv", 0, None, 1),
-                      Layout("test.tsv", 1)),
-    "mrpc": GlueTask(["0", "1"], Layout("train.tsv", 3, 4, 0), Layout("dev.tsv", 3, 4, 0),
-                     Layout("test.tsv", 3, 4), "f1"),
-    "qqp": GlueTask(["0", "1"], Layout("train.tsv", 3, 4, 5), Layout("dev.tsv", 3, 4, 5),
-                    Layout("test.tsv", 1, 2), "f1"),
+    "cola": GlueTask(["0", "1"], Layout("train.tsv", 3, None, 1, header=False, columns=4),
+                     Layout("dev.tsv", 3, None, 1, header=False, columns=4), Layout("test.tsv", 1, columns=2), "mcc"),
+    "sst-2": GlueTask(["0", "1"], Layout("train.tsv", 0, None, 1, columns=2), Layout("dev.tsv", 0, None, 1, columns=2),
+                      Layout("test.tsv", 1, columns=2)),
+    "mrpc": GlueTask(["0", "1"], Layout("train.tsv", 3, 4, 0, columns=5), Layout("dev.tsv", 3, 4, 0, columns=5),
+                     Layout("test.tsv", 3, 4, columns=5), "f1"),
+    "qqp": GlueTask(["0", "1"], Layout("train.tsv", 3, 4, 5, columns=6), Layout("dev.tsv", 3, 4, 5, columns=6),
+                    Layout("test.tsv", 1, 2, columns=3), "f1"),
     "mnli": GlueTask(["contradiction", "entailment", "neutral"], Layout("train.tsv", 8, 9, -1),
                      Layout("dev_matched.tsv", 8, 9, -1), Layout("test_matched.tsv", 8, 9)),
     "mnli-mm": GlueTask(["contradiction", "entailment", "neutral"], Layout("train.tsv", 8, 9, -1),
                         Layout("dev_mismatched.tsv", 8, 9, -1), Layout("test_mismatched.tsv", 8, 9)),
-    "qnli": GlueTask(["entailment", "not_entailment"], Layout("train.tsv", **_PAIR, label=3),
-                     Layout("dev.tsv", **_PAIR, label=3), Layout("test.tsv", **_PAIR)),
-    "rte": GlueTask(["entailment", "not_entailment"], Layout("train.tsv", **_PAIR, label=3),
-                    Layout("dev.tsv", **_PAIR, label=3), Layout("test.tsv", **_PAIR)),
-    "wnli": GlueTask(["0", "1"], Layout("train.tsv", **_PAIR, label=3),
-                     Layout("dev.tsv", **_PAIR, label=3), Layout("test.tsv", **_PAIR)),
-    "sts-b": GlueTask(None, Layout("train.tsv", 7, 8, 9), Layout("dev.tsv", 7, 8, 9),
-                      Layout("test.tsv", 7, 8), "correlation"),
+    "qnli": GlueTask(["entailment", "not_entailment"], Layout("train.tsv", **_PAIR, label=3, columns=4),
+                     Layout("dev.tsv", **_PAIR, label=3, columns=4), Layout("test.tsv", **_PAIR, columns=3)),
+    "rte": GlueTask(["entailment", "not_entailment"], Layout("train.tsv", **_PAIR, label=3, columns=4),
+                    Layout("dev.tsv", **_PAIR, label=3, columns=4), Layout("test.tsv", **_PAIR, columns=3)),
+    "wnli": GlueTask(["0", "1"], Layout("train.tsv", **_PAIR, label=3, columns=4),
+                     Layout("dev.tsv", **_PAIR, label=3, columns=4), Layout("test.tsv", **_PAIR, columns=3)),
+    "sts-b": GlueTask(None, Layout("train.tsv", 7, 8, 9, columns=10), Layout("dev.tsv", 7, 8, 9, columns=10),
+                      Layout("test.tsv", 7, 8, columns=9), "correlation"),
     # XNLI (English): train from MultiNLI's file, dev/test from the XNLI release.
     "xnli": GlueTask(["contradiction", "entailment", "neutral"],
-                     Layout(os.path.join("multinli", "multinli.train.en.tsv"), 0, 1, 2),
+                     Layout(os.path.join("multinli", "multinli.train.en.tsv"), 0, 1, 2, columns=3),
                      Layout("xnli.dev.tsv", 6, 7, 1), Layout("xnli.test.tsv", 6, 7)),
 }
 ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli-m": "mnli", "mnli_mismatched": "mnli-mm"}
@@ -97,18 +107,13 @@ def read_examples(task_name, data_dir, split):
     path = os.path.join(data_dir, layout.file)
     rows = _read_rows(path)
     first = 1 if layout.header else 0
-    needed = max(i for i in (layout.text_a, layout.text_b, layout.label or 0) if i is not None) + 1
     examples = []
     for line_number, row in enumerate(rows[first:], start=first + 1):
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if name == "xnli" and split != "train" and row[_XNLI_LANGUAGE_COLUMN] != "en":
             continue
-        if len(row) < needed:
-            raise InputError(
-                f"{path}, line {line_number}: {len(row)} column(s), expected at least {needed} "
-                f"for task {name}; is this the GLUE {name} file?"
-            )
+        _check_columns(row, layout, name, path, line_number)
         label = None
         if layout.label is not None:
             label = row[layout.label].strip()
@@ -128,6 +133,25 @@ def read_examples(task_name, data_dir, split):
     if not examples:
         raise InputError(f"{path} holds no examples")
     return examples
+
+
+def _check_columns(row, layout, name, path, line_number):
+    """A row has the columns the layout reads, and no more where the layout fixes the
+    count: an extra column (a note, a tab inside a text) would otherwise be dropped or
+    shift the label without a word."""
+    if len(row) < layout.needed():
+        raise InputError(
+            f"{path}, line {line_number}: {len(row)} column(s), expected at least {layout.needed()} "
+            f"for task {name}; is this the GLUE {name} file?"
+        )
+    if layout.columns is not None and len(row) > layout.columns:
+        extra = row[layout.columns]
+        shown = extra if len(extra) <= 40 else extra[:37] + "..."
+        raise InputError(
+            f"{path}, line {line_number}: {len(row)} columns, expected {layout.columns} for task {name}; "
+            f"column {layout.columns + 1} ({shown!r}) is extra: remove it, or the tab that split a text "
+            "(a tab separates columns; none may stand inside a text)"
+        )
 
 
 def _check_label(label, task, path, line_number):

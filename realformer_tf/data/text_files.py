@@ -34,3 +34,13 @@ def check_utf8(files, flag_name="input_file"):
                     break
                 line += chunk.count(b"\n")
                 offset += len(chunk)
+
+
+def check_text_files(files, flag_name="input_file"):
+    """Every input file is readable UTF-8 text; else one InputError naming the file."""
+    for path in files:
+        try:
+            check_utf8([path], flag_name)
+        except (tf.errors.OpError, OSError) as e:
+            reason = getattr(e, "message", None) or str(e)
+            raise InputError(f"--{flag_name} {path} cannot be read as a text file ({reason.splitlines()[0]})") from None

@@ -261,8 +261,17 @@ def compare(settings, seeds, output_dir, sides=None, log=print):
     return results
 
 
+def _recorded_settings(settings):
+    """The settings as a results file keeps them: the record files by name, not by the
+    path of the machine that ran them (the files are shared with other people)."""
+    recorded = dataclasses.asdict(settings)
+    for key in ("train_file", "eval_file"):
+        recorded[key] = os.path.basename(recorded[key])
+    return recorded
+
+
 def _load(path, settings):
-    settings_dict = dataclasses.asdict(settings)
+    settings_dict = _recorded_settings(settings)
     if os.path.exists(path):
         with open(path) as f:
             results = json.load(f)

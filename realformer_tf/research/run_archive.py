@@ -10,17 +10,27 @@ reused, and only unfinished ones train again.
 
     run_archive.save(run_dir, os.path.join(archive_dir, run.name))
     run_archive.restore(os.path.join(archive_dir, run.name), run_dir)
+
+Beside the runs, `archive_dir/study_data.json` keeps what they were trained on (vocab
+size, held-out baselines, how the report names the inputs: `study_files.StudyData`),
+so that a report of the archive is labelled with the study's own data.
 """
 
+import dataclasses
+import json
 import os
 
 import tensorflow as tf
+
+from realformer_tf.errors import InputError
+from realformer_tf.research.study_files import StudyData
 
 # What the report reads of a finished run. eval_results.txt (or diverged.txt) marks a
 # run finished, so it is copied last: a copy cut short is not taken for a finished run.
 KEPT_FILES = ("experiment_bert_config.json", "timing.json", "attention_summary.json", "attention_points.npz")
 FINISHED_MARKS = ("eval_results.txt", "diverged.txt")
 KEPT_FOLDERS = ("summaries",)
+STUDY_DATA = "study_data.json"
 
 
 def is_finished(run_dir):
@@ -71,3 +81,29 @@ def restore(archived_dir, run_dir):
         if tf.io.gfile.isdir(os.path.join(run_dir, folder)):
             tf.io.gfile.rmtree(os.path.join(run_dir, folder))
     return _copy_run(archived_dir, run_dir)
+
+
+def save_study_data(archive_dir, data):
+    """Writes the StudyData `data` into the archive (a whole file or none)."""
+    tf.io.gfile.makedirs(archive_dir)
+    path = os.path.join(archive_dir, STUDY_DATA)
+    partial = path + ".partial"
+    with tf.io.gfile.GFile(partial, "w") as f:
+        json.dump(dataclasses.asdict(data), f, indent=2)
+        f.write("\n")
+    tf.io.gfile.rename(partial, path, overwrite=True)
+
+
+def load_study_data(archive_dir):
+    """The archive's StudyData, or None when it keeps none (an archive of an older version)."""
+    path = os.path.join(archive_dir, STUDY_DATA)
+    if not tf.io.gfile.exists(path):
+        return None
+    fields = {field.name for field in dataclasses.fields(StudyData)}
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            values = json.load(f)
+        return StudyData(**{k: v for k, v in values.items() if k in fields})
+    except (ValueError, TypeError, AttributeError) as e:
+        raise InputError(f"{path} is not a study's data file ({e}); restore it from the archive's source, "
+                         "or remove it to have the next run with data write it again") from None

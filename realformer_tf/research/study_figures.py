@@ -72,6 +72,7 @@ def plot_sweep(repro, results, baseline, path):
         ax.plot(lrs, means, color=series_color(i), label=title(v))
     ax.axhline(baseline, color="gray", linestyle=":", label="unigram baseline")
     ax.set_xscale("log")
+    ax.set_xlim(min(lrs) / 1.5, max(lrs) * 1.5)  # also before any sweep run has finished
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("held-out MLM accuracy (x: diverged)")
     ax.grid(alpha=0.3)

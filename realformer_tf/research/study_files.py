@@ -1,7 +1,8 @@
 """The files of a study's runs: reading what run_pretraining.py wrote into a run's
-output_dir (eval_results.txt, the summaries' event files, the checkpoint index), and
-the held-out split of the raw text."""
+output_dir (eval_results.txt, the summaries' event files, the checkpoint index), the
+held-out split of the raw text, and `StudyData`, what the runs were trained on."""
 
+import dataclasses
 import os
 import re
 
@@ -45,6 +46,29 @@ def read_scalars(summary_dir):
     return {tag: sorted(points.items()) for tag, points in series.items()}
 
 
+def last_session_step_times(summary_dir):
+    """[(wall time, step), ...] of the steps logged by the last training session in
+    `summary_dir` (one event file per session: the one that finished the run, whose time
+    the run's timing.json counts); [] if none."""
+    paths = sorted(tf.io.gfile.glob(os.path.join(summary_dir, "events.out.tfevents.*"))) \
+        if tf.io.gfile.isdir(summary_dir) else []
+    sessions = [_step_times(path) for path in paths]
+    sessions = [s for s in sessions if s]
+    return max(sessions, key=lambda s: s[0][0]) if sessions else []
+
+
+def _step_times(path):
+    times = {}
+    try:
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            if event.summary.value:
+                times[int(event.step)] = event.wall_time
+    except tf.errors.DataLossError:
+        pass  # a file cut short by a crash: what was read
+    return sorted((wall, step) for step, wall in times.items())
+
+
 def checkpoint_step(run_dir):
     """Global step of the latest training checkpoint in run_dir (0 if none)."""
     latest = tf.train.latest_checkpoint(run_dir) if tf.io.gfile.isdir(run_dir) else None
@@ -71,3 +95,32 @@ def count_vocab(vocab_file):
     from realformer_tf.data.vocab import check_vocab
 
     return len(check_vocab(vocab_file))
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyData:
+    """What a study's runs were trained and evaluated on, as its report labels them: the
+    vocab size, the two context-free baselines on the held-out records, and how the
+    report names its inputs (never an absolute path: a report is read on other machines).
+    An archive keeps it beside its runs (`run_archive.save_study_data`), so a report of
+    archived runs is labelled with the study's own data."""
+
+    vocab_size: int
+    unigram_baseline: float
+    copy_unigram_baseline: float
+    train_records: str = ""
+    eval_records: str = ""
+    data_note: str = ""
+
+    # Baselines equal to the 4 digits the report shows come from the same held-out records.
+    TOLERANCE = 5e-5
+
+    def differs_from(self, other):
+        """Whether `other` describes different data (vocab or held-out baselines)."""
+        return (self.vocab_size != other.vocab_size
+                or abs(self.unigram_baseline - other.unigram_baseline) > self.TOLERANCE
+                or abs(self.copy_unigram_baseline - other.copy_unigram_baseline) > self.TOLERANCE)
+
+    def describe(self):
+        return (f"vocab {self.vocab_size} tokens, copy + unigram baseline {self.copy_unigram_baseline:.4f} "
+                f"(unigram {self.unigram_baseline:.4f}) on the held-out records")

@@ -21,10 +21,15 @@ import time
 import tensorflow as tf
 
 from realformer_tf.research.grid import MODEL_PRESETS, format_lr, format_seconds, title
+from realformer_tf.research.study_files import last_session_step_times
 from realformer_tf.research.study_figures import attention_statistics, plot_curves, plot_depth, plot_sweep
 from realformer_tf.research.study_stats import (
     Z_THRESHOLD, attention_summary, collapsed, compare, compare_gaps, depth_results, max_stable_lr,
-    mean_std, plateau_baselines, sweep_lrs, sweep_results)
+    mean_std, pauses, sweep_lrs, sweep_results, usual_seconds_per_step)
+
+# The widths of the RealFormer paper's models (BERT-Small to BERT-xLarge: hidden 512 to
+# 1,536), against which the report puts the study's width in scale.
+PAPER_HIDDEN_SIZES = (512, 1536)
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -170,15 +175,19 @@ def attention_claims(repro, results, stats):
 
 # -- the whole report ------------------------------------------------------------------------------------
 
-def header_lines(repro, budget_name, data_note, baseline, copy_baseline):
+def header_lines(repro, budget_name, data):
+    """The report's opening: the grid, the data (`data`: a study_files.StudyData) and
+    the two baselines."""
     b = repro.budget
     size = dict(MODEL_PRESETS[b.model])
+    records = f"Training records: `{data.train_records}`; held-out: `{data.eval_records}` (all of it)." \
+        if data.train_records else ""
     return [
         "# RealFormer and NormFormer at CPU scale: a seeded study",
         "",
         f"Budget `{budget_name}` ({b.note}). Models: hidden {size['hidden_size']}, "
         f"{size['num_attention_heads']} heads, intermediate {size['intermediate_size']}, depths "
-        f"{', '.join(map(str, b.layer_counts))}, dropout {b.dropout:g}, vocab {repro.vocab_size}. Every run: "
+        f"{', '.join(map(str, b.layer_counts))}, dropout {b.dropout:g}, vocab {data.vocab_size}. Every run: "
         f"batch {b.train_batch_size} of sequence length {b.max_seq_length} ({b.max_predictions_per_seq} "
         f"masked predictions each), AdamW, linear warmup then linear decay. Depth comparison: "
         f"{b.num_train_steps} steps ({b.num_warmup_steps} warmup) at lr {format_lr(b.learning_rate)}, seeds "
@@ -186,10 +195,10 @@ def header_lines(repro, budget_name, data_note, baseline, copy_baseline):
         f"{b.sweep_train_steps or b.num_train_steps} steps ({b.sweep_warmup_steps or b.num_warmup_steps} "
         f"warmup), seeds {', '.join(map(str, b.sweep_seeds or b.seeds))}. A seed fixes the weights, the "
         f"dropout and the data order.",
-        f"Training records: `{repro.train_file}`; held-out: `{repro.eval_file}` (all of it). {data_note}".rstrip(),
+        f"{records} {data.data_note}".strip(),
         f"Context-free baselines on the held-out set: unigram (always the most frequent masked token) "
-        f"{baseline:.4f}; copy + unigram (the input token where masking left it unchanged, else the "
-        f"most frequent) {copy_baseline:.4f}. A model above the second uses context.",
+        f"{data.unigram_baseline:.4f}; copy + unigram (the input token where masking left it unchanged, else "
+        f"the most frequent) {data.copy_unigram_baseline:.4f}. A model above the second uses context.",
         "",
         f"Verdicts compare means over seeds with Welch's standard error: reproduced when the paper's "
         f"direction wins by more than {Z_THRESHOLD:g} se, not reproduced when the opposite does, "
@@ -197,15 +206,39 @@ def header_lines(repro, budget_name, data_note, baseline, copy_baseline):
     ]
 
 
-def write_all(repro, results, budget_name, data_note="", analysis=True, log_fn=print):
-    """Writes results.md and its plots into repro.output_dir; returns the report's path."""
+def caveat_lines(repro, data):
+    """What a reader needs before the tables: the scale against the papers', and what a
+    final accuracy measures this early in training."""
+    hidden = dict(MODEL_PRESETS[repro.budget.model])["hidden_size"]
+    narrow, wide = (round(h / hidden) for h in PAPER_HIDDEN_SIZES)
+    return [
+        "", "## Before the tables", "",
+        f"- **Scale.** The RealFormer paper's models are {narrow}-{wide}x wider (hidden "
+        f"{PAPER_HIDDEN_SIZES[0]:,}-{PAPER_HIDDEN_SIZES[1]:,} against {hidden} here) and trained for a million "
+        f"steps; this study measures the first {repro.budget.num_train_steps:,} steps of width-{hidden} models. "
+        "A verdict says what holds at this scale, not whether the paper is right at its own.",
+        f"- **A run's final accuracy mostly says when it left the plateau.** Every run first sits on the "
+        f"copy + unigram plateau ({data.copy_unigram_baseline:.3f}), then leaves it within a few hundred steps "
+        "and climbs steeply (the learning curves). Seeds of one variant leave it at different steps, so their "
+        "final accuracies spread widely; differences smaller than that spread give an inconclusive verdict, "
+        "not evidence that two variants are alike.",
+        "- **The sweep** stops around where the plateau ends, so its accuracies measure stability at each "
+        "learning rate (\"diverged\": the loss became NaN or the run ended back within 0.01 of the unigram "
+        "baseline), not how much a variant learns.",
+        "- docs/study.md in the repository discusses each verdict.",
+    ]
+
+
+def write_all(repro, results, budget_name, data, analysis=True, log_fn=print):
+    """Writes results.md and its plots into repro.output_dir, labelled with `data` (a
+    study_files.StudyData: vocab size, baselines, input names); returns the report's path."""
     out = repro.output_dir
     b = repro.budget
-    baseline, copy_baseline = plateau_baselines(repro.eval_file, b.max_seq_length, b.max_predictions_per_seq)
-    plot_depth(repro, results, (baseline, copy_baseline), os.path.join(out, "depth.png"))
+    baseline = data.unigram_baseline
+    plot_depth(repro, results, (baseline, data.copy_unigram_baseline), os.path.join(out, "depth.png"))
     plot_curves(repro, results, os.path.join(out, "learning_curves.png"))
     claims = accuracy_claims(repro, results)
-    lines = header_lines(repro, budget_name, data_note, baseline, copy_baseline)
+    lines = header_lines(repro, budget_name, data) + caveat_lines(repro, data)
     lines += ["", "## Depth: held-out masked-LM accuracy (mean ± std over seeds)", ""] + depth_table(repro, results)
     lines += ["", "![depth](depth.png)", "", "![learning curves](learning_curves.png)"]
     if b.sweep_learning_rates:
@@ -221,7 +254,7 @@ def write_all(repro, results, budget_name, data_note="", analysis=True, log_fn=p
         lines += ["", "![entropy](entropy.png)", "", "![JSD](jsd.png)"]
     lines += ["", "## The papers' claims", "", "| source | claim | verdict | evidence |", "|---|---|---|---|"]
     lines += [f"| {c.source} | {c.text} | **{c.verdict}** | {c.evidence} |" for c in claims]
-    lines += _run_lines(results)
+    lines += _run_lines(repro, results)
     with tf.io.gfile.GFile(os.path.join(out, "claims.json"), "w") as f:
         json.dump([dataclasses.asdict(c) for c in claims], f, indent=2)
     path = os.path.join(out, "results.md")
@@ -230,16 +263,61 @@ def write_all(repro, results, budget_name, data_note="", analysis=True, log_fn=p
     return path
 
 
-def _run_lines(results):
-    lines = ["", "## Every run", "", "| run | status | held-out MLM acc | MLM loss | steps | time |",
-             "|---|---|---|---|---|---|"]
+def _run_lines(repro, results):
+    """The table of every run, its time split into training and pauses, and what the
+    pauses were."""
+    lines = ["", "## Every run", "",
+             "| run | status | held-out MLM acc | MLM loss | steps | time | of which paused |",
+             "|---|---|---|---|---|---|---|"]
+    paused = {r.name: _session(repro, r) for r in results if r.finished}
     for r in results:
         loss = r.results.get("masked_lm_loss", float("nan"))
+        stalls = paused.get(r.name, ([], None))[0]
         lines.append(f"| {r.name} | {r.status} | {r.accuracy:.4f} | {loss:.4f} | {r.steps} | "
-                     f"{format_seconds(r.seconds)} |")
+                     f"{format_seconds(r.seconds)} | {format_seconds(sum(p.seconds for p in stalls)) if stalls else ''} |")
+    lines += pause_lines(paused)
     missing = [r.name for r in results if not r.finished]
     if missing:
         lines += ["", f"Not finished: {', '.join(missing)}."]
     lines += ["", f"Written {time.strftime('%Y-%m-%d %H:%M')} by experiments/reproduce.py; the same "
               "command reuses finished runs and resumes the others."]
     return lines
+
+
+def _session(repro, result):
+    """(pauses, usual seconds per step) of the training session that finished `result`."""
+    steps = last_session_step_times(os.path.join(repro.run_dir(result.run), "summaries", "train"))
+    return pauses(steps), usual_seconds_per_step(steps)
+
+
+def pause_lines(sessions):
+    """What the time column means, and the pauses where there are any (`sessions`: run
+    name -> (pauses, usual seconds per step))."""
+    lines = ["", "Time: wall-clock training and held-out evaluation of the session that finished the run "
+             "(a run's numbers follow from its seed and thread count, not from its speed)."]
+    stalled = {name: found for name, (found, _) in sessions.items() if found}
+    if not stalled:
+        return lines
+    every = [p for found in stalled.values() for p in found]
+    shared = sum(any(p.overlaps(q) for other, found in stalled.items() if other != name for q in found)
+                 for name, found in stalled.items() for p in found)
+    pace = [100 * sessions[name][1] for name in stalled if math.isfinite(sessions[name][1])]
+    usual = f"{min(pace):.0f}-{max(pace):.0f} s" if pace else "seconds"
+    lines[-1] += (
+        f" {len(stalled)} run(s) include pauses (the last column): {len(every)} stretch(es) of "
+        f"{_span(min(p.seconds for p in every), max(p.seconds for p in every))} in which the run "
+        f"logged no step, where these runs otherwise took {usual} per 100 steps. Between the pauses they "
+        "trained at their usual pace: their extra time is time they did not run, not a slower model.")
+    if shared:
+        lines[-1] += (
+            f" {shared} of the {len(every)} pauses overlap a pause of another run: runs trained side by side "
+            "stopped at the same moments, held up together by something outside the runs (the archived files "
+            "do not record what).")
+    return lines
+
+
+def _span(shortest, longest):
+    """"1-38 min" (or seconds, for pauses under a minute)."""
+    if shortest >= 60:
+        return f"{shortest / 60:.0f}-{longest / 60:.0f} min"
+    return f"{shortest:.0f} s-{longest / 60:.0f} min"

@@ -102,7 +102,8 @@ def sweep_results(repro, results, variant, lr):
 
 
 def sweep_lrs(budget):
-    return (budget.learning_rate,) + tuple(budget.sweep_learning_rates)
+    """The sweep's learning rates in increasing order (the base rate among them)."""
+    return tuple(sorted({budget.learning_rate, *budget.sweep_learning_rates}))
 
 
 def collapsed(result, baseline, margin=0.01):
@@ -134,3 +135,35 @@ def attention_summary(summary):
         return float(np.mean(means)) if means else float("nan")
 
     return mean("entropy"), mean("jsd")
+
+
+# -- where a run's time went -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Pause:
+    """A stretch of a training session in which no step was logged: from `start` (the
+    wall time of the step logged before it) for `seconds`."""
+
+    start: float
+    seconds: float
+
+    def overlaps(self, other):
+        return self.start < other.start + other.seconds and other.start < self.start + self.seconds
+
+
+def pauses(step_times, factor=10.0, floor_seconds=60.0):
+    """The pauses of one training session, given its [(wall time, step), ...] in order:
+    gaps between logged steps longer than `floor_seconds` and `factor` times the
+    session's median gap. Steps are logged at a fixed interval, so such a gap is time in
+    which the run did not train (its process held up), not a slower model."""
+    gaps = [(a[0], b[0] - a[0]) for a, b in zip(step_times, step_times[1:])]
+    if not gaps:
+        return []
+    usual = float(np.median([g for _, g in gaps]))
+    return [Pause(start, gap) for start, gap in gaps if gap > max(floor_seconds, factor * usual)]
+
+
+def usual_seconds_per_step(step_times):
+    """The median wall time per step of one session ([(wall time, step), ...]; nan if unknown)."""
+    rates = [(b[0] - a[0]) / (b[1] - a[1]) for a, b in zip(step_times, step_times[1:]) if b[1] > a[1]]
+    return float(np.median(rates)) if rates else float("nan")

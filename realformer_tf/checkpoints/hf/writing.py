@@ -13,12 +13,10 @@ import os
 
 import numpy as np
 import safetensors.numpy
-from absl import logging
 
 from realformer_tf.checkpoints import bert as bert_names
 from realformer_tf.checkpoints.hf.config import (
-    CONFIG_NAME, VARIANT_FIELDS, VARIANT_MODEL_TYPE, WEIGHTS_NAME, check_exportable, config_to_hf_dict,
-    stock_transformers_computes)
+    CONFIG_NAME, WEIGHTS_NAME, check_exportable, config_to_hf_dict)
 from realformer_tf.checkpoints.hf.names import to_hf_name
 from realformer_tf.checkpoints.hf.tokenizer import write_tokenizer_files
 from realformer_tf.fileio import atomic_output, gfile
@@ -62,7 +60,9 @@ def save_hf_folder(model, folder, allow_variant=False, vocab_file=None, do_lower
     such a folder and compute plain BERT. With `allow_variant` they are written with
     their extra weights under the same naming scheme, our config fields, and
     `model_type` "realformer_bert" (architectures "RealFormerTf<class>"), which
-    transformers' Auto classes refuse; this package reads them back exactly.
+    transformers' Auto classes refuse; this package reads them back exactly. The opt-in
+    is the caller's to report (convert_checkpoint.py prints one `warning:` line); this
+    function writes no log line of its own.
 
     Args:
         model: a BertModel, BertPretrainingModel, BertClassifierModel or BertSquadModel.
@@ -84,12 +84,6 @@ def save_hf_folder(model, folder, allow_variant=False, vocab_file=None, do_lower
     if architecture == "BertForSequenceClassification":
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_labels)}
         config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_labels)}
-    if not stock_transformers_computes(model.config):
-        logging.warning(
-            "%s: %s is not vanilla post-LN BERT; written with model_type %s, which stock "
-            "transformers refuses; config.json carries our fields (%s) so that realformer_tf "
-            "reads it back exactly.", folder, model.config.describe(), VARIANT_MODEL_TYPE,
-            ", ".join(VARIANT_FIELDS))
     tensors = hf_tensors(model)
     gfile().makedirs(folder)
     with atomic_output(os.path.join(folder, WEIGHTS_NAME), "wb") as f:
