@@ -12,7 +12,9 @@ set beyond the layers' defaults (the fused CPU kernels included).
 layers run it (TensorFlow's ops: the fused kernels run in training calls only, so that
 exported inference graphs load without the package) and as `VARIANT+inference_kernels`,
 with the LayerNorm kernels forced on in inference too (how the layers ran predict before
-that rule); the paired ratio is then to the same variant with the kernels.
+that rule), and as `VARIANT+xla`, compiled with `jit_compile=True` (XLA fuses the
+LayerNorms' elementwise ops itself); the paired ratio is then to the same variant with
+the kernels.
 
 Timing: after warm-up steps, `--rounds` rounds; in each round every variant runs
 `--steps` back-to-back steps (the start rotated each round) and the mean of that burst
@@ -89,7 +91,7 @@ def inference_kernels(build_model):
             setattr(cls, name, method)
 
 
-def build(variant, shape, dropout, fused_kernels=True):
+def build(variant, shape, dropout, fused_kernels=True, jit_compile=False):
     """A compiled Functional classifier: BertModel -> pooled output -> Dense(2)."""
     import keras
 
@@ -102,7 +104,7 @@ def build(variant, shape, dropout, fused_kernels=True):
     model = keras.Model(inputs, logits)
     kernels.use_fused_kernels(model, fused_kernels)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)
     return model
 
 
@@ -121,8 +123,8 @@ def steppers(args, batch, labels):
         model = build(variant, shape, args.dropout, fused)
         return warmed(lambda: model.train_on_batch(batch, labels))
 
-    def predict_step(variant):
-        model = build(variant, shape, args.dropout, fused)
+    def predict_step(variant, jit_compile=False):
+        model = build(variant, shape, args.dropout, fused, jit_compile)
         return warmed(lambda: model.predict_on_batch(batch))
 
     if args.mode == "fit":
@@ -131,7 +133,9 @@ def steppers(args, batch, labels):
     for v in variants:
         steps[f"{v}+inference_kernels"] = inference_kernels(lambda: predict_step(v))
         steps[v] = predict_step(v)
-        baselines[v] = baselines[f"{v}+inference_kernels"] = f"{v}+inference_kernels"
+        steps[f"{v}+xla"] = predict_step(v, jit_compile=True)
+        for name in (v, f"{v}+inference_kernels", f"{v}+xla"):
+            baselines[name] = f"{v}+inference_kernels"
     return steps, baselines
 
 
