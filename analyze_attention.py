@@ -64,7 +64,7 @@ def _default_label(checkpoint):
 
 def run(FLAGS):  # noqa: N803
     """The analysis from the parsed flags."""
-    from realformer_tf.research import analysis
+    from realformer_tf.analysis import analyze
 
     checkpoints = _split(FLAGS.checkpoints)
     cli.require(checkpoints, "--checkpoints is required (comma-separated prefixes or directories)")
@@ -82,12 +82,12 @@ def run(FLAGS):  # noqa: N803
 
     if FLAGS.input_file:
         def dataset_fn():
-            return analysis.records_dataset(FLAGS.input_file, FLAGS.max_seq_length, FLAGS.batch_size)
+            return analyze.records_dataset(FLAGS.input_file, FLAGS.max_seq_length, FLAGS.batch_size)
         dataset_fn()  # check the files before loading any model
     else:
         cli.require(FLAGS.vocab_file, "--text_file needs --vocab_file")
-        examples = analysis.text_examples(FLAGS.text_file, FLAGS.vocab_file, FLAGS.max_seq_length,
-                                          FLAGS.do_lower_case, max_examples=FLAGS.num_examples)
+        examples = analyze.text_examples(FLAGS.text_file, FLAGS.vocab_file, FLAGS.max_seq_length,
+                                         FLAGS.do_lower_case, max_examples=FLAGS.num_examples)
 
         def dataset_fn():
             import tensorflow as tf
@@ -98,13 +98,13 @@ def run(FLAGS):  # noqa: N803
     from realformer_tf.checkpoints import hf
 
     for i, checkpoint in enumerate(checkpoints):
-        prefix = analysis.resolve(checkpoint)
-        hf.load_bert_config(configs[i] if configs else analysis.find_config(prefix))
+        prefix = analyze.resolve(checkpoint)
+        hf.load_bert_config(configs[i] if configs else analyze.find_config(prefix))
 
     print(f"Attention analysis of {len(checkpoints)} checkpoint(s) over up to "
           f"{FLAGS.num_examples} examples", flush=True)
-    analysis.analyze_checkpoints(checkpoints, labels, configs, dataset_fn, FLAGS.num_examples,
-                                 FLAGS.output_dir, per_head_plots=FLAGS.per_head_plots)
+    analyze.analyze_checkpoints(checkpoints, labels, configs, dataset_fn, FLAGS.num_examples,
+                                FLAGS.output_dir, per_head_plots=FLAGS.per_head_plots)
 
 
 def main(argv=None):

@@ -116,8 +116,8 @@ def make_pretraining_data(out, timings):
 
 
 def report(pretrain_dir, classifier_dir, heldout_records, timings, total):
+    from experiments.study.study_stats import plateau_baselines
     from realformer_tf import app
-    from realformer_tf.research.study_stats import plateau_baselines
 
     # The baselines read the records with TensorFlow: probe its devices without the cuInit line.
     app.start_devices_quietly()

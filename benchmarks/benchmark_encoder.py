@@ -124,7 +124,7 @@ def parse_args(argv=None):
     if args.warmup < 1:
         p.error("--warmup must be >= 1 (the first call traces and compiles)")
     if args.jit_compile == "auto":
-        from realformer_tf.training.jit import resolve_jit_compile
+        from realformer_tf.training.distribution import resolve_jit_compile
 
         args.jit_modes = [resolve_jit_compile("auto")[0]]
     else:

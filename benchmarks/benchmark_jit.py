@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Which parts of a training step to compile with XLA on this machine: the evidence for
-`Trainer(jit_compile="auto")` (`realformer_tf.training.jit.resolve_jit_compile`).
+`Trainer(jit_compile="auto")` (`realformer_tf.training.distribution.resolve_jit_compile`).
 
     .venv/bin/python benchmarks/benchmark_jit.py                 # small preset, pretraining
     .venv/bin/python benchmarks/benchmark_jit.py --variant normformer --repeats 10

@@ -156,7 +156,7 @@ def time_interleaved(fns, args, inputs):
 def measure(preset, precision, args):
     import keras
 
-    from realformer_tf.training.jit import resolve_jit_compile
+    from realformer_tf.training.distribution import resolve_jit_compile
 
     keras.mixed_precision.set_dtype_policy("mixed_bfloat16" if precision == "bfloat16" else "float32")
     shape = dict(be.PRESETS[preset], batch_size=args.batch_size or DEFAULT_BATCH[preset])

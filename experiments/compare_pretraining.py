@@ -1,7 +1,7 @@
 """Learning curves of this package's run_pretraining.py next to an independent
 implementation: Hugging Face transformers' BertForPreTraining (--variant=bert) or
 x-transformers' NormFormer (--variant=normformer), on the same TFRecords, settings and
-data order (realformer_tf/research/compare_pretraining.py says exactly what is shared). Writes
+data order (experiments/study/compare_pretraining.py says exactly what is shared). Writes
 compare_pretraining.json (resumable: finished runs are kept), compare_pretraining.md
 and compare_pretraining.png into --output_dir.
 
@@ -29,9 +29,9 @@ if ROOT not in sys.path:
 
 from absl import flags  # noqa: E402
 
+from experiments.study import compare_pretraining as cp  # noqa: E402
 from realformer_tf import app  # noqa: E402
 from realformer_tf.errors import UsageError  # noqa: E402
-from realformer_tf.research import compare_pretraining as cp  # noqa: E402
 
 # Every Settings field with a default is a flag of the same name.
 _DEFAULTS = {field.name: field.default for field in dataclasses.fields(cp.Settings)

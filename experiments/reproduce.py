@@ -21,7 +21,7 @@ seeded study's commands and numbers.
   # the report of an archive alone (the repository's study: experiments/results/), labelled
   # with the data its runs were trained on (ARCHIVE/study_data.json)
   python experiments/reproduce.py --budget=study --output_dir=/tmp/report \
-    --archive_dir=experiments/results/study_runs --report_only
+    --archive_dir=experiments/results/study_runs.tar.xz --report_only
 
   # one run again from its seed (names as in results.md), into a fresh folder
   python experiments/reproduce.py --budget=study --output_dir=/tmp/check ... \
@@ -33,17 +33,20 @@ depth.png, sweep.png, learning_curves.png, entropy.png, jsd.png (+ per-head plot
 attention_summary.json, study.json (the grid, read by the workers), and one
 run_pretraining.py output_dir per run (<variant>_L<layers>_lr<lr>_s<seed>_n<steps>/:
 checkpoints, bert_model.ckpt, eval_results.txt, summaries/, the run's log
-reproduce.log; analyzed runs also attention_summary.json and attention_points.npz). The
-runs are shared by --workers processes; rerunning the same command reuses finished runs
-and resumes interrupted ones from their checkpoints. With --archive_dir, each finished
-run's small files are also kept there and restored from there, so a study continues
-on another machine (the repository's study keeps its runs in
-experiments/results/study_runs/). The archive also keeps the study's data (vocab size,
-held-out baselines, input names: study_data.json); other data given with it is refused
-in one line. Reports never name an absolute path.
+reproduce.log; analyzed runs also attention_summary.json, and those of the first seed,
+which the attention plots show, attention_points.npz). The runs are shared by --workers
+processes; rerunning the same command reuses finished runs and resumes interrupted ones
+from their checkpoints. With --archive_dir, each finished run's small files are also
+kept there and restored from there, so a study continues on another machine. An archive
+named NAME.tar.xz is one file (the repository's study keeps its runs in
+experiments/results/study_runs.tar.xz): it is unpacked into OUTPUT_DIR/archive/, which
+serves as the archive, and packed again at the end (the file is rewritten only when its
+runs changed). The archive also keeps the study's data (vocab size, held-out baselines,
+input names: study_data.json); other data given with it is refused in one line. Reports
+never name an absolute path.
 
 Budgets (--budget; single flags such as --num_train_steps or --seeds override a
-preset's value; realformer_tf/research/grid.py BUDGETS has them all):
+preset's value; experiments/study/grid.py BUDGETS has them all):
   toy    tiny model (2 layers, hidden 32), 5 steps, batch 8, sequence length 32: seconds
          of compute per run (plus process start-up), for the tests.
   small  4 layers, hidden 256, 4 heads, intermediate 1024, sequence length 128, batch 16,
@@ -105,7 +108,9 @@ def define_flags(fv):
     flags.DEFINE_string("archive_dir", None, "Also keep each finished run's small files (results, timing, "
                         "learning curves, attention statistics; no checkpoints) in ARCHIVE_DIR/<run name>/, "
                         "and restore the runs kept there into --output_dir first: the study continues "
-                        "on another machine, or after --output_dir is lost, without training them again.", flag_values=fv)
+                        "on another machine, or after --output_dir is lost, without training them again. "
+                        "A NAME.tar.xz file is an archive packed in one file: unpacked into "
+                        "OUTPUT_DIR/archive/ first, and packed again at the end.", flag_values=fv)
     flags.DEFINE_integer("workers", 2, "Runs trained at once, each in its own process (one per CPU core "
                          "is fastest for small models).", flag_values=fv)
     flags.DEFINE_integer("threads_per_worker", 1, "TensorFlow threads per worker. A run's numbers are "
@@ -144,7 +149,7 @@ LIST_TYPES = {"sweep_learning_rates": float, "depths": int, "seeds": int, "sweep
 
 
 def _budget(fv):
-    from realformer_tf.research import grid
+    from experiments.study import grid
 
     budget = grid.BUDGETS[fv.budget]
     overrides = {}
@@ -167,8 +172,8 @@ def _prepare_records(fv, budget, output_dir):
     reuses records an earlier run built."""
     import tensorflow as tf
 
+    from experiments.study import study_files
     from realformer_tf.data.records import InputError
-    from realformer_tf.research import study_files
 
     cli.require(fv.vocab_file, "--text_file needs --vocab_file")
     if not tf.io.gfile.exists(fv.text_file):
@@ -272,7 +277,7 @@ def _study_data(fv, budget, inputs, archive_dir):
     """The StudyData that labels the report: that of the data given, checked against the
     archive's (one error line if the archive holds runs of other data) and kept in it;
     the archive's own with --report_only and no data."""
-    from realformer_tf.research import run_archive, study_files, study_stats
+    from experiments.study import run_archive, study_files, study_stats
 
     train_file, eval_file, data_note = inputs
     archived = run_archive.load_study_data(archive_dir) if archive_dir else None
@@ -303,7 +308,7 @@ def _study_data(fv, budget, inputs, archive_dir):
 
 
 def _check_budget(fv, budget):
-    from realformer_tf.research import grid
+    from experiments.study import grid
 
     cli.require(budget.model in grid.MODEL_PRESETS, f"unknown model preset {budget.model}")
     cli.require(budget.num_train_steps > 0, f"--num_train_steps={budget.num_train_steps} must be positive")
@@ -320,12 +325,12 @@ def _state_path(output_dir):
 
 
 def _reproduction(state):
-    from realformer_tf.research import experiments, grid
+    from experiments.study import grid, reproduction
 
     budget = grid.Budget(**state["settings"])  # JSON gave lists; the grid hashes tuples
     budget = dataclasses.replace(budget, **{k: tuple(getattr(budget, k)) for k in LIST_TYPES})
-    return experiments.Reproduction(state["output_dir"], state["variants"], budget, state["train_file"],
-                                    state["eval_file"], state["vocab_size"], probe_variants=state["probe"])
+    return reproduction.Reproduction(state["output_dir"], state["variants"], budget, state["train_file"],
+                                     state["eval_file"], state["vocab_size"], probe_variants=state["probe"])
 
 
 def _selected(repro, only):
@@ -343,7 +348,7 @@ def _selected(repro, only):
 def _keep_finished(repro, archive_dir):
     """The hook run after each finished run: its attention statistics (analyzed runs,
     while the checkpoint is there), then its copy in the archive."""
-    from realformer_tf.research import run_archive, study_figures
+    from experiments.study import run_archive, study_figures
 
     def keep(result):
         if study_figures.is_analyzed(repro, result):
@@ -358,7 +363,7 @@ def _sync_archive(repro, archive_dir):
     """Restores the archived runs --output_dir lacks, then keeps the finished runs the
     archive lacks (statistics, archive copy), so runs finished before the archive was
     given are in it; runs already archived are not copied again."""
-    from realformer_tf.research import run_archive
+    from experiments.study import run_archive
 
     keep = _keep_finished(repro, archive_dir)
     restored = 0
@@ -378,7 +383,7 @@ def _worker_main(fv):
     """One worker: trains its share of the selected runs, single file of output."""
     import tensorflow as tf
 
-    from realformer_tf.research import grid
+    from experiments.study import grid
 
     with tf.io.gfile.GFile(_state_path(fv.output_dir)) as f:
         state = json.load(f)
@@ -429,8 +434,8 @@ def _spawn_workers(fv, runs, count):
 def _report(fv, repro, state):
     import tensorflow as tf
 
-    from realformer_tf.research import study_report, study_stats
-    from realformer_tf.research.study_files import StudyData
+    from experiments.study import study_report, study_stats
+    from experiments.study.study_files import StudyData
 
     results = repro.collect()
     data = StudyData(**state["data"])
@@ -447,7 +452,7 @@ def _study_state(fv):
     grid's state to study.json for the workers and returns it."""
     import tensorflow as tf
 
-    from realformer_tf.research import grid
+    from experiments.study import grid
 
     try:
         variants = grid.parse_variants(fv.variants)
@@ -462,17 +467,43 @@ def _study_state(fv):
     fv.output_dir = os.path.abspath(fv.output_dir) if "://" not in fv.output_dir else fv.output_dir
     tf.io.gfile.makedirs(fv.output_dir)
     inputs = _check_inputs(fv, budget, fv.output_dir)
-    archive_dir = os.path.abspath(fv.archive_dir) if fv.archive_dir and "://" not in fv.archive_dir \
-        else fv.archive_dir
+    archive_dir, packed = _archive(fv)
     data = _study_data(fv, budget, inputs, archive_dir)
     # The workers' state (absolute paths: they run in other processes); the report names
     # its inputs through `data` only.
     state = dict(output_dir=fv.output_dir, variants=variants, probe=probe, settings=dataclasses.asdict(budget),
                  train_file=inputs[0], eval_file=inputs[1], vocab_size=data.vocab_size,
-                 data=dataclasses.asdict(data), archive_dir=archive_dir)
+                 data=dataclasses.asdict(data), archive_dir=archive_dir, packed_archive=packed)
     with tf.io.gfile.GFile(_state_path(fv.output_dir), "w") as f:
         json.dump(state, f, indent=2)
     return state
+
+
+def _archive(fv):
+    """(the archive folder or None, the packed archive or None): --archive_dir as given, or
+    for a NAME.tar.xz the folder OUTPUT_DIR/archive/ with the file's runs added to it."""
+    import tensorflow as tf
+
+    from experiments.study import run_archive
+
+    if not fv.archive_dir:
+        return None, None
+    path = os.path.abspath(fv.archive_dir) if "://" not in fv.archive_dir else fv.archive_dir
+    if not run_archive.is_packed(path):
+        return path, None
+    folder = os.path.join(fv.output_dir, "archive")
+    if tf.io.gfile.exists(path):
+        print(f"Archive {fv.archive_dir}: {len(run_archive.unpack(path, folder))} file(s) unpacked into {folder}",
+              flush=True)
+    return folder, path
+
+
+def _pack_archive(state):
+    """Packs the archive folder back into --archive_dir's .tar.xz (when one was given)."""
+    from experiments.study import run_archive
+
+    if state.get("packed_archive") and run_archive.pack(state["archive_dir"], state["packed_archive"]):
+        print(f"Archive {state['packed_archive']}: packed from {state['archive_dir']}", flush=True)
 
 
 def _pending(repro, runs):
@@ -492,7 +523,7 @@ def _pending(repro, runs):
 def _train(fv, repro, state):
     """Trains the selected runs on --workers processes, then writes the report (none
     with --only: it prints the runs' numbers instead)."""
-    from realformer_tf.research import grid
+    from experiments.study import grid
 
     runs = _selected(repro, fv.only)
     budget = repro.budget
@@ -522,12 +553,16 @@ def run(fv):
         return _worker_main(fv)
     state = _study_state(fv)
     repro = _reproduction(state)
-    _sync_archive(repro, state["archive_dir"])
-    if not fv.report_only:
-        return _train(fv, repro, state)
-    report, results = _report(fv, repro, state)
-    unfinished = sum(not r.finished for r in results)
-    print(f"Report of {len(results) - unfinished} finished run(s), {unfinished} not finished: {report}", flush=True)
+    try:
+        _sync_archive(repro, state["archive_dir"])
+        if not fv.report_only:
+            return _train(fv, repro, state)
+        report, results = _report(fv, repro, state)
+        unfinished = sum(not r.finished for r in results)
+        print(f"Report of {len(results) - unfinished} finished run(s), {unfinished} not finished: {report}",
+              flush=True)
+    finally:
+        _pack_archive(state)
 
 
 def main(argv=None):

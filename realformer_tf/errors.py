@@ -1,9 +1,10 @@
-"""Every error a user can cause, in one place. The programs turn each into one `error:`
-line and exit 1 (`realformer_tf.app.run_program`); anything else is a bug and keeps its
-traceback. Light: importing this module imports nothing else of the package."""
+"""Every error a user can cause, in one place: import them from here. The programs turn
+each into one `error:` line and exit 1 (`realformer_tf.app.run_program`); anything else,
+a ValueError from a bug included, keeps its traceback. Light: importing this module
+imports nothing else of the package."""
 
 
-class UserError(ValueError):
+class UserError(Exception):
     """Base of every error a user can cause (a bad option, config, checkpoint or input
     file, a diverged run). Its message names the thing and says what to do."""
 
@@ -16,8 +17,10 @@ class BackendError(UserError):
     """A TensorFlow-only feature was called under another Keras backend."""
 
 
-class ConfigError(UserError):
-    """A bert_config.json (or config argument) that cannot describe a model."""
+class ConfigError(UserError, ValueError):
+    """A bert_config.json (or config argument) that cannot describe a model. Also a
+    ValueError, as google-research/bert's config and modeling functions raise, for code
+    ported from it."""
 
 
 class VariantExportError(ConfigError):
@@ -32,8 +35,9 @@ class InputError(UserError):
     """Input files that cannot be read as the job expects."""
 
 
-class OriginalApiError(UserError):
-    """An argument of the original modeling.py API this package cannot honour."""
+class OriginalApiError(UserError, ValueError):
+    """An argument of the original modeling.py API this package cannot honour (a
+    ValueError too, as the original raises)."""
 
 
 class NonFiniteLossError(UserError, RuntimeError):

@@ -11,13 +11,14 @@ The classes live in `realformer_tf.models.bert`; the original module functions a
 `realformer_tf.models.bert.original_api` (those that name no variable) and
 `realformer_tf.compat.bert_functions` (`transformer_model`,
 `get_assignment_map_from_checkpoint`, ...), described in docs/original_api.md;
-checkpoint I/O (`load_bert_checkpoint(model, path)`, `save_bert_checkpoint(model, prefix)`,
-`save_hf_folder(model, folder)`) is `realformer_tf.checkpoints.bert` / `.hf`. This
-module only re-exports.
+checkpoint I/O (`save_bert_checkpoint(model, prefix)`, `save_hf_folder(model, folder)`)
+is `realformer_tf.checkpoints.bert`; `load_bert_checkpoint(model, path)`, which also
+decides an unstated variant from the weights, is the BERT family's
+(`realformer_tf.families.bert`). This module only re-exports.
 """
 
-from realformer_tf.checkpoints.bert import bert_variables, load_bert_checkpoint, save_bert_checkpoint  # noqa: F401
-from realformer_tf.checkpoints.hf import save_hf_folder  # noqa: F401
+from realformer_tf.checkpoints.bert import bert_variables, save_bert_checkpoint, save_hf_folder  # noqa: F401
+from realformer_tf.families.bert import load_bert_checkpoint  # noqa: F401
 from realformer_tf.errors import CheckpointError, ConfigError  # noqa: F401
 from realformer_tf.models.bert.config import BertConfig  # noqa: F401
 from realformer_tf.models.bert.model import (  # noqa: F401

@@ -1,5 +1,5 @@
 """The package's shape as docs/ARCHITECTURE.md states it: tiers, no import cycle (every
-import statement counted), at most 8 root modules, no module over 450 lines, no script
+import statement counted, and the package `__init__`s an import runs), at most 8 root modules, no module over 450 lines, no script
 on absl's global FLAGS; and the public import paths the README shows."""
 
 import importlib
@@ -22,6 +22,20 @@ def test_checker_sees_cycles_and_upward_imports():
     assert check_architecture.tier("layers.attention") < check_architecture.tier("models.bert.model")
     with pytest.raises(KeyError, match="in no tier"):
         check_architecture.tier("nowhere")
+
+
+def test_checker_counts_the_package_inits_an_import_runs():
+    # checkpoints.bert -> hf.reading runs hf/__init__, which imports hf.writing, which
+    # imports checkpoints.bert: a cycle through a package __init__ (the one this package
+    # had); a package importing its own children is none.
+    known = {"c": "c/__init__.py", "c.b": "c/b.py", "c.h": "c/h/__init__.py", "c.h.r": "c/h/r.py",
+             "c.h.w": "c/h/w.py", "f": "f/__init__.py", "f.x": "f/x.py", "f.y": "f/y.py"}
+    explicit = {"c.b": {"c.h.r"}, "c.h": {"c.h.r", "c.h.w"}, "c.h.w": {"c.b"}, "f": {"f.x", "f.y"}, "f.x": {"f.y"}}
+    edges = {m: explicit.get(m, set()) | (check_architecture.parents(m) & set(known)) for m in known}
+    assert check_architecture.package_cycles(edges, known) == [["c.b", "c.h", "c.h.r", "c.h.w"]]
+    del explicit["c.h.w"]
+    edges = {m: explicit.get(m, set()) | (check_architecture.parents(m) & set(known)) for m in known}
+    assert check_architecture.package_cycles(edges, known) == []
 
 
 def test_checker_sees_absl_global_flags(tmp_path):

@@ -191,26 +191,6 @@ def test_tokens_files_read_back_what_was_written(tmp_path):
     assert os.listdir(tmp_path) == ["tokens"]  # no temporary left
 
 
-def test_local_workers_end_without_teardown_unless_an_exception_is_pending(monkeypatch):
-    """DirectRunner worker processes skip Python's teardown once their harness is done,
-    but an uncaught exception keeps its exit status."""
-    import sys
-
-    from realformer_tf.data import beam_pretraining as bp
-
-    registered, exits = [], []
-    monkeypatch.setattr(bp.atexit, "register", registered.append)
-    monkeypatch.setattr(bp.os, "_exit", exits.append)
-    bp.end_without_teardown()
-    (end_now,) = registered
-    monkeypatch.delattr(sys, "last_value", raising=False)
-    end_now()
-    assert exits == [0]
-    monkeypatch.setattr(sys, "last_value", RuntimeError("the harness failed"), raising=False)
-    end_now()
-    assert exits == [0]  # not called again: Python ends the process with status 1
-
-
 def test_worker_processes_print_no_start_up_lines(corpus):
     """Each DirectRunner worker prints Beam's start-up lines before its log level applies
     ("INFO:__main__:Logging handler created.", the import notes); none reaches stderr."""

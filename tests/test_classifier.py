@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from helpers_data import flags, run_script, write_config, write_vocab
 from realformer_tf.data import glue
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 from realformer_tf.jobs.tasks.classifier import evaluation_metrics
 
 A, B = "the cat sees the river", "a dog likes the book"

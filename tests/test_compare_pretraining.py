@@ -2,7 +2,6 @@
 see the same records in the same order and apply the same recipe, so a few steps from
 the same initial weights end at the same weights; its evaluation, resume and report."""
 
-import dataclasses
 import json
 import os
 
@@ -10,10 +9,10 @@ import numpy as np
 import pytest
 
 import helpers_data as h
+from experiments.study import compare_pretraining as cp
+from experiments.study import peer_bert
 from realformer_tf.checkpoints import hf
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.research import compare_pretraining as cp
-from realformer_tf.research import peer_bert
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -146,7 +145,7 @@ def test_processes_sharing_an_output_dir_keep_each_others_runs(tmp_path):
 
 
 def test_a_difference_is_marked_only_outside_two_standard_errors_over_seeds():
-    from realformer_tf.research import compare_pretraining as cp
+    from experiments.study import compare_pretraining as cp
 
     # 2 SE = 2 * sqrt(0.002^2 / 3 + 0.002^2 / 3) = 0.00327
     assert cp._difference(0.0100, 0.002, 3, 0.002, 3) == "+0.0100 (0.0033)*"
@@ -159,7 +158,7 @@ def test_a_difference_is_marked_only_outside_two_standard_errors_over_seeds():
 def test_xtransformers_peer_has_normformers_blocks():
     pytest.importorskip("x_transformers")
     import torch
-    from realformer_tf.research import peer_xtransformers as px
+    from experiments.study import peer_xtransformers as px
 
     model = px.xtransformers_normformer(vocab_size=50, hidden_size=24, num_layers=2, num_heads=2,
                                         intermediate_size=48, max_seq_length=16)
@@ -185,7 +184,7 @@ def test_bert_initialize_draws_every_weight_as_bert_does():
     (x-transformers stores most gains as an offset from 1, so 0)."""
     pytest.importorskip("x_transformers")
     import torch
-    from realformer_tf.research import peer_xtransformers as px
+    from experiments.study import peer_xtransformers as px
 
     torch.manual_seed(0)
     model = px.xtransformers_normformer(vocab_size=300, hidden_size=24, num_layers=2, num_heads=2,
@@ -216,7 +215,7 @@ def test_bert_initialize_draws_every_weight_as_bert_does():
 
 def test_xtransformers_peer_learns_a_batch_through_the_shared_loop(tmp_path):
     pytest.importorskip("x_transformers")
-    from realformer_tf.research import peer_xtransformers as px
+    from experiments.study import peer_xtransformers as px
 
     s = settings(tmp_path, variant="normformer", intermediate_size=48)
     batch = cp.eval_batches(s)[0]

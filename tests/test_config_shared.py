@@ -16,7 +16,14 @@ CONFIGS = [BertConfig, EtcConfig]
 
 
 def test_every_block_option_has_one_config_field():
-    assert set(BLOCK_OPTION_FIELDS) == {"num_layers"} | set(BLOCK_OPTION_NAMES) - {"layer_norm_epsilon"}
+    # NormFormer's switches one by one are the causal LM config's (CausalLMConfig.option_fields);
+    # BERT and ETC configs leave them to layer_norm_type.
+    from realformer_tf.layers.transformer import NORMFORMER_SWITCHES
+    from realformer_tf.models.causal_lm.config import CausalLMConfig
+
+    assert set(BLOCK_OPTION_FIELDS) == {"num_layers"} | set(BLOCK_OPTION_NAMES) - {"layer_norm_epsilon"} - set(
+        NORMFORMER_SWITCHES)
+    assert set(CausalLMConfig.option_fields) == set(NORMFORMER_SWITCHES)
     # The JSON names stay as released bert_config.json files spell them.
     assert BLOCK_OPTION_FIELDS["use_residual_scale"] == "normformer_residual_scale"
     assert BLOCK_OPTION_FIELDS["head_scale_position"] == "normformer_head_scale_position"

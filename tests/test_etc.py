@@ -219,7 +219,7 @@ def test_fixed_block_features_for_bert_records():
 
 
 def test_etc_checkpoints_pretraining_to_classifier(tmp_path):
-    from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+    from realformer_tf.errors import CheckpointError
 
     config = tiny_config(num_hidden_layers=1)
     pre = etc_modeling.EtcPretrainingModel(config)

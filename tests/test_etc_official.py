@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from realformer_tf import etc_modeling
 from realformer_tf.checkpoints import etc_official as etc_checkpoint
-from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.errors import CheckpointError
 from realformer_tf.errors import ConfigError
 
 ROOT = "etc_document_bert"

@@ -21,9 +21,9 @@ from helpers_data import flags, run_script
 from realformer_tf import modeling
 from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.serving import export, signatures, text_encoder
-from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.errors import CheckpointError
 from realformer_tf.data import squad as squad_data
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 VOCAB = [
     "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",

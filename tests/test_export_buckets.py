@@ -42,7 +42,7 @@ def _reference_logits(model, family, options, ids, mask, seg):
     pad = [[0, 0], [0, MAX_SEQ_LENGTH - ids.shape[1]]]
     features = {"input_ids": np.pad(ids, pad), "input_mask": np.pad(mask, pad), "segment_ids": np.pad(seg, pad)}
     features = {k: tf.constant(v, tf.int32) for k, v in features.items()}
-    return model(family.checkpoint_format.adapt_features(features, model.config, options), training=False)["logits"].numpy()
+    return model(family.adapt_features(features, model.config, options), training=False)["logits"].numpy()
 
 
 @pytest.mark.slow  # tracing the model at two lengths: ~50 s on 2 busy cores

@@ -228,7 +228,7 @@ def _check_squad_export(path, trainer, options, out):
     family = get_family(options.model_type)
     feature = _first_eval_feature(out, options.max_seq_length)
     inputs = {k: feature[k] for k in ("input_ids", "input_mask", "segment_ids")}
-    reference = trainer.model(family.checkpoint_format.adapt_features({k: tf.constant(v) for k, v in inputs.items()},
+    reference = trainer.model(family.adapt_features({k: tf.constant(v) for k, v in inputs.items()},
                                                     trainer.model.config, options), training=False)
     loaded = tf.saved_model.load(path)
     served = loaded.signatures["serve_token_ids"](**{k: tf.constant(v) for k, v in inputs.items()})
@@ -262,3 +262,18 @@ def test_options_from_flag_values_keep_only_fields():
     options = runner.options_from(PretrainingOptions, values)
     assert options.output_dir == "o" and options.input_file == "f" and options.do_train
     assert not hasattr(options, "unrelated_flag")
+
+
+def test_orbit_loop_messages_leave_stdout_checkpoint_messages_stay(capsys):
+    import orbit.controller as controller
+
+    from realformer_tf.training.orbit_runner import orbit_messages_filtered
+
+    with orbit_messages_filtered():
+        controller._log("train | step:     10 | steps/sec:  1.0 | output:\n    {'loss': 1.0}")
+        controller._log(" eval | step:     10 | eval time:  1.0 sec | output: {'loss': 1.0}")
+        controller._log("saved checkpoint to /tmp/x/ckpt-10.")
+        print("progress 10/20")
+    assert capsys.readouterr().out == "saved checkpoint to /tmp/x/ckpt-10.\nprogress 10/20\n"
+    print("after")
+    assert capsys.readouterr().out == "after\n"

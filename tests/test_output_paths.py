@@ -24,7 +24,8 @@ from realformer_tf import fileio
 from realformer_tf.jobs import outputs
 from realformer_tf.jobs import runner
 from realformer_tf.errors import UsageError
-from realformer_tf.jobs.outputs import OutputDirInUseError, OutputDirLock, OutputPathError
+from realformer_tf.jobs.outputs import OutputDirLock
+from realformer_tf.errors import OutputDirInUseError, OutputPathError
 
 
 @pytest.fixture()

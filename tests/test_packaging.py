@@ -3,8 +3,10 @@ repository (console scripts, their flags, one tiny pretraining, the kernel sourc
 the user's Keras backend left alone by `import realformer_tf`, the programs choosing
 TensorFlow themselves, and no CUDA error lines on a machine without a GPU."""
 
+import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -57,8 +59,15 @@ def test_programs_choose_tensorflow_unless_the_user_set_a_backend(tmp_path):
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), h.ROOT],
+    """The wheel built from a copy of the repository's top-level files and package: a
+    build/ folder left in the checkout would add the modules of earlier builds to it."""
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
+    for name in os.listdir(h.ROOT):
+        if os.path.isfile(os.path.join(h.ROOT, name)):
+            shutil.copy(os.path.join(h.ROOT, name), source / name)
+    shutil.copytree(os.path.join(h.ROOT, "realformer_tf"), source / "realformer_tf",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = out.glob("realformer_tf-*.whl")
@@ -74,6 +83,30 @@ def test_wheel_ships_the_launcher_and_the_kernel_sources(wheel):
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert all(f"{script} = " in text for script in CONSOLE_SCRIPTS)
+
+
+def _imported_roots(source):
+    """The top-level names a Python file imports, by any import statement."""
+    roots = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_wheel_holds_no_study_code(wheel):
+    """The seeded study and its PyTorch peers stay in the repository (experiments/): the
+    wheel holds no realformer_tf.research module, nothing of experiments/, and no file
+    that imports torch or x_transformers."""
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    assert not [n for n in names if n.startswith(("realformer_tf/research/", "experiments/"))]
+    assert "realformer_tf/analysis/attention_stats.py" in names  # the user feature stays
+    study_imports = {n: _imported_roots(archive.read(n)) & {"torch", "x_transformers", "experiments"}
+                     for n in names if n.endswith(".py")}
+    assert not {n: roots for n, roots in study_imports.items() if roots}
 
 
 HELP_OF_EVERY_CONSOLE_SCRIPT = r"""

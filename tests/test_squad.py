@@ -8,7 +8,7 @@ import pytest
 import helpers_data as h
 
 from realformer_tf.data import squad
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,6 +8,7 @@ import pytest
 
 import helpers_data as h
 from realformer_tf.models import variants
+from realformer_tf.errors import UsageError
 
 # The variant table's names (NormFormer's optional residual scale: the smoke check's cases).
 VARIANTS = [name for name in variants.VARIANTS if name != "normformer_residual_scale"]
@@ -137,7 +138,7 @@ def test_compiled_step_matches_the_uncompiled_one(tmp_path):
 def test_jit_compile_values():
     import tensorflow as tf
 
-    from realformer_tf.training.jit import resolve_jit_compile
+    from realformer_tf.training.distribution import resolve_jit_compile
 
     class TwoReplicas:
         num_replicas_in_sync = 2
@@ -150,7 +151,7 @@ def test_jit_compile_values():
     assert not tf.config.list_logical_devices("GPU")
     assert resolve_jit_compile("auto", default) == (False, False)
     assert resolve_jit_compile("auto", TwoReplicas()) == (False, False)
-    with pytest.raises(ValueError, match="jit_compile='yes'; use one of auto, true, false"):
+    with pytest.raises(UsageError, match="jit_compile='yes' is not one of auto, true, false"):
         resolve_jit_compile("yes")
 
 

@@ -25,12 +25,12 @@ import helpers_data as h
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.checkpoints import etc_official
-from realformer_tf.checkpoints import names as checkpoint_names
+from realformer_tf.families import family_of
 from realformer_tf import etc_modeling, modeling
 from realformer_tf.jobs import convert
 from realformer_tf.serving import signatures, text_encoder
 from realformer_tf.checkpoints import hf as hf_checkpoint
-from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
+from realformer_tf.errors import CheckpointError
 from realformer_tf.errors import ConfigError
 from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.errors import UserError
@@ -148,7 +148,7 @@ FOLDER_CASES = [
     ("header-length-2**64-1", lambda f: _write(f / WEIGHTS, b"{}", b"", length=2**64 - 1),
      [WEIGHTS, "header length 18446744073709551615"]),
     ("f32-relabelled-i32", lambda f: _edit_weights(f, _relabel_i32), ["word_embeddings.weight (I32)", "floating point"]),
-    ("nan-weights", lambda f: _edit_weights(f, _nan), ["NaN or Inf", "word_embeddings", ckpt.ALLOW_NONFINITE_ENV]),
+    ("nan-weights", lambda f: _edit_weights(f, _nan), ["NaN or Inf", "word_embeddings", "allow_nonfinite=True", "--allow_nonfinite_weights"]),
     ("hf-config-layer-norm-eps-string", lambda f: _edit_config(f, layer_norm_eps="x"),
      ["config.json", "layer_norm_eps must be positive"]),
     ("hf-config-hidden-act-list", lambda f: _edit_config(f, hidden_act=["gelu"]),
@@ -197,11 +197,11 @@ def test_damaged_hf_folder_script_exits_1_with_one_error_line(tmp_path, case):
         assert text in error, (text, error)
 
 
-def test_nonfinite_weights_load_when_the_user_opts_in(tmp_path, monkeypatch):
+def test_nonfinite_weights_load_when_the_user_opts_in(tmp_path):
     folder = _folder(tmp_path)
     _edit_weights(folder, _nan)
-    monkeypatch.setenv(ckpt.ALLOW_NONFINITE_ENV, "1")
-    _convert_in_process(tmp_path, folder)
+    config = hf_checkpoint.load_bert_config(str(folder))
+    convert.convert(config, str(folder), str(tmp_path / "out" / "ckpt"), "encoder", allow_nonfinite=True)
 
 
 MEASURE = ("import resource, subprocess, sys, time; t = time.time(); "
@@ -286,28 +286,27 @@ def test_tf_checkpoint_sizes_are_checked_before_building(tmp_path):
             (dict(num_hidden_layers=512, hidden_size=256), "2 layers (config num_hidden_layers=512)")):
         config = h.tiny_config(**overrides)
         with pytest.raises(CheckpointError, match=re.escape(prefix)) as e:
-            family.checkpoint_format.check_checkpoint_fits(config, prefix)
+            family.check_checkpoint_fits(config, prefix)
         assert "does not fit" in str(e.value) and expected in str(e.value), str(e.value)
         model = modeling.BertModel(config)
         with pytest.raises(CheckpointError, match="does not fit"):
             bert_checkpoint.load_bert_checkpoint(model, prefix)
         assert not model.built  # refused before any weight was allocated
-    family.checkpoint_format.check_checkpoint_fits(h.tiny_config(), prefix)  # the right config passes
-    family.checkpoint_format.check_checkpoint_fits(h.tiny_config(intermediate_size=64), prefix)  # cheap: the loader names it
+    family.check_checkpoint_fits(h.tiny_config(), prefix)  # the right config passes
+    family.check_checkpoint_fits(h.tiny_config(intermediate_size=64), prefix)  # cheap: the loader names it
 
 
-def test_tf_checkpoint_with_inf_is_refused(tmp_path, monkeypatch):
+def test_tf_checkpoint_with_inf_is_refused(tmp_path):
     prefix = _tf_checkpoint(tmp_path, h.tiny_config(), poison="bert/encoder/layer_1/output/dense/kernel")
     with pytest.raises(CheckpointError, match="NaN or Inf in bert/encoder/layer_1/output/dense/kernel"):
         bert_checkpoint.load_bert_checkpoint(modeling.BertModel(h.tiny_config()), prefix)
-    monkeypatch.setenv(ckpt.ALLOW_NONFINITE_ENV, "1")
-    bert_checkpoint.load_bert_checkpoint(modeling.BertModel(h.tiny_config()), prefix)
+    bert_checkpoint.load_bert_checkpoint(modeling.BertModel(h.tiny_config()), prefix, allow_nonfinite=True)
 
 
 def test_etc_checkpoint_sizes_are_checked_before_building(tmp_path):
     config = etc_modeling.EtcConfig(**h.tiny_etc_config_dict())
     prefix = etc_official.save_etc_checkpoint(etc_modeling.EtcModel(config), str(tmp_path / "etc" / "etc_model.ckpt"))
-    get_family("etc").checkpoint_format.check_checkpoint_fits(config, prefix)
+    get_family("etc").check_checkpoint_fits(config, prefix)
     hostile = etc_modeling.EtcConfig(**h.tiny_etc_config_dict(vocab_size=2**22, num_hidden_layers=3))
     model = etc_modeling.EtcModel(hostile)
     with pytest.raises(CheckpointError, match="etc/embeddings/word_embeddings"):
@@ -380,7 +379,7 @@ def _serving(vocab_file, family="bert", task="classifier"):
     else:
         model = etc_modeling.EtcClassifierModel(etc_modeling.EtcConfig(**h.tiny_etc_config_dict()), num_labels=2)
         options = RunOptions(etc_tokens_per_global=4, max_seq_length=MAX_SEQ)
-    checkpoint_names.named_variables(model)  # builds
+    family_of(model).named_variables(model)  # builds
     fam = get_family(family)
     encoder = text_encoder.BertTextEncoder(vocab_file, True, MAX_SEQ, pad_to_max_seq_length=fam.static_length)
     return signatures.ServingFunctions(model, task, encoder, ["0", "1"], family=fam, input_options=options)

@@ -21,7 +21,7 @@ import tensorflow as tf
 from official.nlp.tools import tokenization
 
 import helpers_data as h
-from realformer_tf.checkpoints import variant_evidence as ve
+from realformer_tf.families import variant_evidence as ve
 from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.checkpoints import etc_official
 from realformer_tf.checkpoints import hf as hf_checkpoint
@@ -139,17 +139,17 @@ def models(tmp_path_factory):
 # -- fast: what counts as stated, the decision rule ---------------------------------------
 def test_a_file_without_the_field_leaves_it_unstated_and_everything_sees_a_bool(tmp_path):
     config = BertConfig.from_json_file(eleven_field_config(tmp_path / "c.json"))
-    assert not ve.is_stated(config) and config.residual_attention is None and config.uses_residual_attention
+    assert not config.residual_attention_stated and config.residual_attention is None and config.uses_residual_attention
     # Unstated is a field's value: equality, dataclasses.replace and the JSON round trip keep it.
-    assert not ve.is_stated(dataclasses.replace(config, hidden_dropout_prob=0.0))
+    assert not dataclasses.replace(config, hidden_dropout_prob=0.0).residual_attention_stated
     assert config != ve.decided(config) and BertConfig.from_dict(config.to_dict()) == config
     assert ve.decided(config).to_dict()["residual_attention"] is True  # what any run writes states it
     assert config.residual_attention is None  # deciding made a new config
     assert config.block_options()["residual_attention"] is True
     assert "residual attention on" in config.describe()
-    assert ve.is_stated(BertConfig.from_dict(dict(h.tiny_config_dict(), residual_attention=True)))
-    assert ve.is_stated(BertConfig(vocab_size=10))  # the Python default is a statement
-    assert ve.is_stated(dataclasses.replace(config, residual_attention=False))
+    assert BertConfig.from_dict(dict(h.tiny_config_dict(), residual_attention=True)).residual_attention_stated
+    assert BertConfig(vocab_size=10).residual_attention_stated  # the Python default is a statement
+    assert dataclasses.replace(config, residual_attention=False).residual_attention_stated
 
 
 def test_decision_needs_a_clear_margin():
@@ -182,9 +182,9 @@ def test_official_etc_layout_without_the_field_is_plain_etc():
     values = h.tiny_etc_config_dict()
     del values["residual_attention"]
     official = EtcConfig.from_dict(dict(values, embedding_size=16))
-    assert official.layout == "official" and official.residual_attention is False and ve.is_stated(official)
+    assert official.layout == "official" and official.residual_attention is False and official.residual_attention_stated
     ours = EtcConfig.from_dict(values)
-    assert ours.residual_attention is None and ours.uses_residual_attention and not ve.is_stated(ours)
+    assert ours.residual_attention is None and ours.uses_residual_attention and not ours.residual_attention_stated
 
 
 # -- the two trained models ---------------------------------------------------------------
@@ -196,7 +196,7 @@ def test_the_weights_tell_their_architecture(models):
 
     examples = PretrainingJob().evidence_examples(job_options, family, config)
     for value, prefix in models["trained"].items():
-        evidence = ve.measure(family.checkpoint_format, config, prefix, examples)
+        evidence = ve.measure(family, config, prefix, examples)
         print(f"trained with residual attention {value}: {evidence.describe()}")
         assert evidence.decision is value
         # Python load_bert_checkpoint has no examples of the run: on the seeded random ids
@@ -205,6 +205,9 @@ def test_the_weights_tell_their_architecture(models):
 
         model = modeling.BertPretrainingModel(BertConfig.from_json_file(models["config"]))
         with pytest.raises(ConfigError, match="do not tell clearly .*" + ERROR_HINT):
+            modeling.load_bert_checkpoint(model, prefix)
+        # The checkpoint tier reads tensors only: it asks for the decision or the field.
+        with pytest.raises(ConfigError, match="does not state residual_attention.*modeling.load_bert_checkpoint"):
             bert_checkpoint.load_bert_checkpoint(model, prefix)
 
 
@@ -306,20 +309,20 @@ def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactl
     inputs = {"input_ids": np.array([[2, 7, 9, 3]]), "masked_lm_positions": np.array([[1, 2]])}
     want = model(inputs)["masked_lm_logits"].numpy()
     with pytest.raises(VariantExportError, match="--hf_allow_variant"):
-        hf_checkpoint.save_hf_folder(model, str(tmp_path / "refused"))
+        bert_checkpoint.save_hf_folder(model, str(tmp_path / "refused"))
     assert not os.path.exists(tmp_path / "refused")
-    folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), allow_variant=True)
+    folder = bert_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), allow_variant=True)
     written = json.load(open(os.path.join(folder, "config.json")))
     assert written["model_type"] == "realformer_bert" and written["residual_attention"] is True
     assert written["architectures"] == ["RealFormerTfBertForPreTraining"]
     assert hf_checkpoint.is_hf_folder(folder)
     again_config = hf_checkpoint.load_bert_config(folder)
-    assert again_config == config and ve.is_stated(again_config)
+    assert again_config == config and again_config.residual_attention_stated
     again = modeling.BertPretrainingModel(again_config)
     bert_checkpoint.load_bert_checkpoint(again, folder)
     np.testing.assert_array_equal(again(inputs)["masked_lm_logits"].numpy(), want)
     # Plain BERT stays a stock "bert" folder.
-    plain = hf_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config(residual_attention=False)), str(tmp_path / "plain"))
+    plain = bert_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config(residual_attention=False)), str(tmp_path / "plain"))
     assert json.load(open(os.path.join(plain, "config.json")))["model_type"] == "bert"
 
 
@@ -327,7 +330,7 @@ def test_transformers_refuses_a_variant_folder(tmp_path):
     transformers = pytest.importorskip("transformers")
     from realformer_tf import modeling
 
-    folder = hf_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config()), str(tmp_path / "hf"), allow_variant=True)
+    folder = bert_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config()), str(tmp_path / "hf"), allow_variant=True)
     with pytest.raises(ValueError, match="realformer_bert"):
         transformers.AutoModel.from_pretrained(folder)
 
@@ -381,7 +384,7 @@ def test_convert_checkpoint_script_refuses_or_opts_in_and_converts_etc(tmp_path)
     etc_config = tmp_path / "etc_config.json"
     etc_config.write_text(json.dumps(h.tiny_etc_config_dict()))
     etc = etc_modeling.EtcClassifierModel(etc_modeling.EtcConfig.from_json_file(str(etc_config)), num_labels=2)
-    from realformer_tf.training.state import checkpointable_weights
+    from realformer_tf.training.trainer import checkpointable_weights
 
     saved = tf.train.Checkpoint(model_weights=checkpointable_weights(etc)).write(str(tmp_path / "etc" / "ckpt-1"))
     proc = h.run_script("convert_checkpoint.py", *h.flags(
@@ -403,12 +406,12 @@ def test_etc_evidence_runs_through_the_family_and_random_weights_tell_nothing(tm
     family = get_family("etc")
     prefix = etc_official.save_etc_checkpoint(EtcPretrainingModel(EtcConfig(**h.tiny_etc_config_dict())),
                                               str(tmp_path / "p" / "etc_model.ckpt"))
-    evidence = ve.measure(family.checkpoint_format, config, prefix)
+    evidence = ve.measure(family, config, prefix)
     assert np.isfinite([evidence.loss_on, evidence.loss_off]).all() and evidence.decision is None
     with pytest.raises(ConfigError, match="do not tell clearly"):
-        ve.resolve(family.checkpoint_format, config, prefix)
+        ve.resolve(family, config, prefix)
     classifier = EtcClassifierModel(EtcConfig(**h.tiny_etc_config_dict()), num_labels=2)
     prefix = etc_official.save_etc_checkpoint(classifier, str(tmp_path / "c" / "etc_model.ckpt"))
     with pytest.raises(ConfigError, match="no masked-LM head"):
-        ve.resolve(family.checkpoint_format, config, prefix)
-    assert ve.resolve(family.checkpoint_format, EtcConfig(**h.tiny_etc_config_dict()), prefix).residual_attention is True  # stated
+        ve.resolve(family, config, prefix)
+    assert ve.resolve(family, EtcConfig(**h.tiny_etc_config_dict()), prefix).residual_attention is True  # stated

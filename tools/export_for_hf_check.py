@@ -34,7 +34,7 @@ RECORDED = {"sequence_output": "last_hidden_state", "masked_lm_logits": "predict
 
 def write(out_dir, task, act, rng, inputs):
     config = BertConfig(**SIZES, hidden_act=act)
-    model = get_family("bert").checkpoint_format.build_model(config, task, num_labels=4)
+    model = get_family("bert").build_model(config, task, num_labels=4)
     weights = bert_numpy.random_weights(config.to_dict(), rng, head=HEADS[task], num_labels=4)
     for name, variable in bert_checkpoint.bert_variables(model).items():
         variable.assign(weights[name])
@@ -47,7 +47,7 @@ def write(out_dir, task, act, rng, inputs):
     record.update({theirs: np.asarray(outputs[ours]) for ours, theirs in RECORDED.items() if ours in outputs})
     if task == "encoder":
         record["pooler_output"] = np.asarray(outputs["pooled_output"])
-    folder = hf_checkpoint.save_hf_folder(model, os.path.join(out_dir, f"{task}_{act}"))
+    folder = bert_checkpoint.save_hf_folder(model, os.path.join(out_dir, f"{task}_{act}"))
     np.savez(os.path.join(folder, "outputs.npz"), **record)
     print("wrote", folder)
 

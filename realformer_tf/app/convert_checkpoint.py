@@ -27,9 +27,8 @@ from realformer_tf.jobs import cli
 from realformer_tf.jobs import convert
 from realformer_tf.checkpoints import hf as hf_checkpoint
 from realformer_tf.jobs import outputs
-from realformer_tf.checkpoints import variant_evidence
 from realformer_tf.data.vocab import check_vocab
-from realformer_tf.families import MODEL_TYPES, get_family
+from realformer_tf.families import MODEL_TYPES, get_family, variant_evidence
 
 
 def define_flags(fv):
@@ -57,6 +56,9 @@ def define_flags(fv):
                       "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
                       "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
                       "refuses and only realformer_tf reads (default: refused).", flag_values=fv)
+    flags.DEFINE_bool("allow_nonfinite_weights", False,
+                      "Convert a checkpoint whose weights hold NaN or Inf (e.g. to inspect a diverged run; "
+                      "default: refused, naming the weights).", flag_values=fv)
 
 
 def run(f):
@@ -76,7 +78,7 @@ def run(f):
     family = get_family(f.model_type)
     config = family.load_config(config_file)
     # A config without residual_attention: the weights decide (one line) or an error.
-    config = variant_evidence.resolve(family.checkpoint_format, config, f.input_checkpoint,
+    config = variant_evidence.resolve(family, config, f.input_checkpoint,
                                       source=f"--bert_config_file={config_file}", log=print)
     print(config.describe(), flush=True)
     if f.output_format == "hf":
@@ -86,7 +88,8 @@ def run(f):
             print(warning, flush=True)
     source, written = convert.convert(
         config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format,
-        family=family, allow_variant=f.hf_allow_variant, vocab_file=vocab_file, do_lower_case=do_lower_case)
+        family=family, allow_variant=f.hf_allow_variant, vocab_file=vocab_file, do_lower_case=do_lower_case,
+        allow_nonfinite=f.allow_nonfinite_weights)
     print(f"Converted {source} -> {written}")
 
 

@@ -79,7 +79,8 @@ def run(f):
         num_labels=num_labels, label_names=label_names, is_regression=is_regression,
         max_seq_length=f.max_seq_length, version=f.version, max_query_length=f.max_query_length,
         pad_to_max_seq_length=f.pad_to_max_seq_length,
-        input_options=RunOptions(etc_tokens_per_global=f.etc_tokens_per_global, max_seq_length=f.max_seq_length))
+        input_options=RunOptions(etc_tokens_per_global=f.etc_tokens_per_global, max_seq_length=f.max_seq_length),
+        log=lambda line: print(line, flush=True))
     info = export.read_export_info(path)
     print(f"Exported {info['task']} model to {path}", flush=True)
     print("Signatures: " + ", ".join(info["signatures"]), flush=True)

@@ -12,15 +12,14 @@ Face folders, read through `checkpoints.hf`) by them.
     bert_checkpoint.load_bert_checkpoint(model, "bert_model.ckpt", skip_heads=True)
     bert_checkpoint.save_bert_checkpoint(model, "out/bert_model.ckpt")
     bert_checkpoint.bert_variables(model)["bert/pooler/dense/kernel"]
+    bert_checkpoint.save_hf_folder(model, "out/hf", vocab_file="vocab.txt")
 """
 
 import re
 
-from realformer_tf.checkpoints.hf import reading as hf_folder
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.checkpoints import variant_evidence
-from realformer_tf.checkpoints.format import CheckpointFormat
-from realformer_tf.models.bert import model as bert_models
+from realformer_tf.checkpoints.hf import reading as hf_folder
+from realformer_tf.checkpoints.hf import writing as hf_writing
 
 ENCODER_PREFIX = "bert/"
 # {kind: the name prefixes of its heads}: a checkpoint holds a kind's heads when it has
@@ -40,95 +39,29 @@ CLASSIFIER_WEIGHTS_NAME = "output_weights"
 # Stored names whose group 1 is a layer index (tf_checkpoint.check_config_fits).
 LAYER_PATTERN = r"^bert/encoder/layer_(\d+)/"
 
-_KIND_OF_CLASS = (  # most derived first
-    (bert_models.BertPretrainingModel, "pretraining"),
-    (bert_models.BertClassifierModel, "classifier"),
-    (bert_models.BertSquadModel, "squad"),
-    (bert_models.BertModel, "encoder"),
-)
-
 
 def model_kind(model):
-    """"encoder", "pretraining", "classifier" or "squad" for a BERT model (or subclass)."""
-    for cls, kind in _KIND_OF_CLASS:
-        if isinstance(model, cls):
+    """"encoder", "pretraining", "classifier" or "squad" for a BERT model, told by the
+    names of its weights (a BERT model's heads have names no other kind has).
+
+    Raises:
+        TypeError for a model with weights of no BERT model.
+    """
+    names = [name for name, _ in _named_weights(model)]
+    if not names or None in names:
+        raise TypeError(f"{type(model).__name__} is not a BertModel or BERT task model "
+                        "(realformer_tf.modeling); ETC models: checkpoints.etc_official")
+    for kind in ("pretraining", "classifier", "squad"):
+        if all(any(n.startswith(p) for n in names) for p in HEAD_PREFIXES[kind]):
             return kind
-    raise TypeError(f"{type(model).__name__} is not a BertModel or BERT task model "
-                    "(realformer_tf.modeling); ETC models: checkpoints.etc_official")
+    return "encoder"
 
 
 # -- names --------------------------------------------------------------------------------
-def _dense(prefix, dense):
-    return {f"{prefix}/kernel": dense.kernel, f"{prefix}/bias": dense.bias}
-
-
-def _layer_norm(prefix, layer_norm):
-    return {f"{prefix}/gamma": layer_norm.gamma, f"{prefix}/beta": layer_norm.beta}
-
-
-def _logits(prefix, logits_layer):
-    return {f"{prefix}output_weights": logits_layer.output_weights,
-            f"{prefix}output_bias": logits_layer.output_bias}
-
-
-def block_variables(prefix, block):
-    """{original name: variable} of one `TransformerBlock` under `prefix` (e.g.
-    "bert/encoder/layer_0"): attention, feed-forward, LayerNorms and the variants'
-    extra weights (NormFormer's head scale and LayerNorms, the residual scale)."""
-    att = block.attention
-    names = {
-        **_dense(f"{prefix}/attention/self/query", att.query_dense),
-        **_dense(f"{prefix}/attention/self/key", att.key_dense),
-        **_dense(f"{prefix}/attention/self/value", att.value_dense),
-        **_dense(f"{prefix}/attention/output/dense", att.output_dense),
-        **_layer_norm(f"{prefix}/attention/output/LayerNorm", block.attention_layer_norm),
-        **_dense(f"{prefix}/intermediate/dense", block.intermediate_dense),
-        **_dense(f"{prefix}/output/dense", block.output_dense),
-        **_layer_norm(f"{prefix}/output/LayerNorm", block.output_layer_norm),
-    }
-    if block.normformer:
-        names[f"{prefix}/attention/output/head_scale"] = att.head_scale
-        names.update(_layer_norm(f"{prefix}/attention/post_LayerNorm", block.attention_post_layer_norm))
-        names.update(_layer_norm(f"{prefix}/intermediate/LayerNorm", block.intermediate_layer_norm))
-    if block.use_residual_scale:
-        names[f"{prefix}/output/residual_scale"] = block.residual_scale
-    return names
-
-
-def _encoder_variables(bert):
-    emb = bert.embeddings
-    names = {
-        "bert/embeddings/word_embeddings": emb.word_embeddings,
-        "bert/embeddings/token_type_embeddings": emb.token_type_embeddings,
-        "bert/embeddings/position_embeddings": emb.position_embeddings,
-        **_layer_norm("bert/embeddings/LayerNorm", emb.layer_norm),
-    }
-    for i, block in enumerate(bert.encoder.blocks):
-        names.update(block_variables(f"bert/encoder/layer_{i}", block))
-    if bert.encoder.final_layer_norm is not None:
-        names.update(_layer_norm("bert/encoder/LayerNorm", bert.encoder.final_layer_norm))
-    names.update(_dense("bert/pooler/dense", bert.pooler))
-    return names
-
-
-def _head_variables(model, kind):
-    if kind == "pretraining":
-        mlm = model.masked_lm
-        return {**_dense("cls/predictions/transform/dense", mlm.transform_dense),
-                **_layer_norm("cls/predictions/transform/LayerNorm", mlm.transform_layer_norm),
-                "cls/predictions/output_bias": mlm.output_bias,
-                **_logits("cls/seq_relationship/", model.next_sentence)}
-    if kind == "classifier":
-        return _logits("", model.classifier)
-    if kind == "squad":
-        return _logits("cls/squad/", model.span)
-    return {}
-
-
-# A weight's Keras path (ending) -> its original name: what `bert_variables` gives, read
-# off the path alone (the model's own name, first in the path, is free), for
-# `get_assignment_map_from_checkpoint`, which gets variables and no model.
-# tests/test_original_api.py checks the two agree on every variant and kind.
+# A weight's Keras path (ending) -> its original name: the one name map. A model's
+# weights are named by their paths (`bert_variables`; the model's own name, first in the
+# path, is free), and so are the variables `get_assignment_map_from_checkpoint` gets
+# without a model.
 _LAYER = r"encoder/layer_(\d+)/"
 _PATH_NAMES = tuple((re.compile(r"(?:^|/)" + pattern + "$"), name) for pattern, name in (
     (r"embeddings/(word|token_type|position)_embeddings", r"bert/embeddings/\1_embeddings"),
@@ -166,15 +99,35 @@ def original_name(variable_path):
     return None
 
 
+def _named_weights(model):
+    """[(original name, or None for a weight of no BERT model, variable)] of every
+    weight of `model` (built from its config first if it is not built yet)."""
+    if hasattr(model, "_ensure_built"):
+        model._ensure_built()
+    return [(original_name(variable.path), variable) for variable in model.weights]
+
+
 def bert_variables(model, include_heads=True):
     """{original BERT name: variable} for every weight of a BertModel or task model
     (built from its config first if it is not built yet); `include_heads=False`: the
-    encoder's only."""
-    kind = model_kind(model)
-    model._ensure_built()
-    names = _encoder_variables(model if kind == "encoder" else model.bert)
-    if include_heads:
-        names.update(_head_variables(model, kind))
+    encoder's only.
+
+    Raises:
+        TypeError for a model with a weight of no BERT model.
+    """
+    model_kind(model)
+    named = dict(_named_weights(model))
+    return named if include_heads else {n: v for n, v in named.items() if n.startswith(ENCODER_PREFIX)}
+
+
+def block_variables(prefix, block):
+    """{original name under `prefix` (e.g. "bert/encoder/layer_0"): variable} of one
+    transformer block (named `layer_<i>`, as `TransformerEncoder` names them)."""
+    names = {}
+    for variable in block.weights:
+        relative = variable.path[variable.path.rindex(block.name + "/"):]  # layer_<i>/attention/...
+        name = original_name("encoder/" + relative)  # bert/encoder/layer_<i>/attention/self/...
+        names[prefix + name[name.index("/", len("bert/encoder/")):]] = variable
     return names
 
 
@@ -203,15 +156,21 @@ def check_checkpoint_fits(config, prefix):
 
 
 # -- loading and saving -------------------------------------------------------------------
-def load_bert_checkpoint(model, path, skip_heads=False):
+def load_bert_checkpoint(model, path, skip_heads=False, decide_variant=None, allow_nonfinite=False):
     """Loads an original-named checkpoint (a prefix or a directory), one of our training
     checkpoints, or a Hugging Face BERT folder (config.json + model.safetensors) into
     `model` (a BertModel or task model).
 
     Optimizer slots and `global_step` are ignored, and so are heads the model does not
     have; `skip_heads=True` also leaves the model's own heads as initialized
-    (fine-tuning from a pretraining checkpoint). A model whose config does not state
-    residual_attention gets the weights' evidence first (`variant_evidence`).
+    (fine-tuning from a pretraining checkpoint). Weights holding NaN or Inf are refused
+    unless `allow_nonfinite`.
+
+    A model whose config does not state residual_attention (an eleven-field
+    bert_config.json) is computed one way or the other with the same weights; the
+    weights tell which. `decide_variant(model, prefix)` does that (the BERT family's,
+    which `realformer_tf.modeling.load_bert_checkpoint` passes); without one such a model
+    is refused.
 
     Returns:
         The prefix (or file) read.
@@ -219,14 +178,14 @@ def load_bert_checkpoint(model, path, skip_heads=False):
     Raises:
         CheckpointError naming any missing, unexpected or mis-shaped variable, or a
         checkpoint of another size than the config (checked before the model is built).
-        ConfigError when the evidence contradicts the model's residual_attention.
+        ConfigError for a config that does not state residual_attention and no
+        `decide_variant`, or from `decide_variant`.
     """
-    kind = model_kind(model)
     if not model.built:  # sizes first: building a model the checkpoint does not fit could exhaust memory
         check_checkpoint_fits(model.config, ckpt.resolve_checkpoint(path))
-    if not variant_evidence.is_stated(model.config):
-        # A config file without residual_attention: the weights decide (or an error).
-        variant_evidence.check_loaded_model(model, FORMAT, ckpt.resolve_checkpoint(path))
+    if not model.config.residual_attention_stated:
+        ckpt.require_stated_variant(model, path, decide_variant, "realformer_tf.modeling.load_bert_checkpoint")
+    kind = model_kind(model)
     owned = (ENCODER_PREFIX,) + (() if skip_heads else HEAD_PREFIXES[kind])
     optional = OPTIONAL_PREFIXES.get(kind, ())
     if hf_folder.is_hf_folder(path):
@@ -236,7 +195,7 @@ def load_bert_checkpoint(model, path, skip_heads=False):
     return ckpt.load_named_variables(
         path, bert_variables(model, include_heads=not skip_heads), owned,
         description=f"{type(model).__name__} ({model.config.describe()})",
-        optional_prefixes=optional,
+        optional_prefixes=optional, allow_nonfinite=allow_nonfinite,
     )
 
 
@@ -246,30 +205,12 @@ def save_bert_checkpoint(model, prefix):
     return ckpt.save_named_variables(prefix, bert_variables(model))
 
 
-class BertFormat(CheckpointFormat):
-    """BERT's models under the original names (held by `families.BertFamily`)."""
-
-    name = "bert"
-    head_prefixes = HEAD_PREFIXES
-    classifier_weights_name = CLASSIFIER_WEIGHTS_NAME
-    max_length_field = "max_position_embeddings"
-
-    def model_classes(self):
-        return {"pretraining": bert_models.BertPretrainingModel,
-                "classifier": bert_models.BertClassifierModel,
-                "squad": bert_models.BertSquadModel, "encoder": bert_models.BertModel}
-
-    def build_model(self, config, kind, num_labels=None, dtype=None):
-        model = super().build_model(config, kind, num_labels, dtype)
-        if kind == "squad":
-            # The span head reads the sequence output only: the pooler gets no gradient and,
-            # as in the original (whose optimizer skips None gradients), stays as loaded.
-            model.bert.pooler.trainable = False
-        return model
-
-    check_checkpoint_fits = staticmethod(check_checkpoint_fits)
-    load_checkpoint = staticmethod(load_bert_checkpoint)
-    save_checkpoint = staticmethod(save_bert_checkpoint)
-
-
-FORMAT = BertFormat()
+def save_hf_folder(model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
+    """Writes `model` (a BertModel or task model) as a Hugging Face folder
+    (`checkpoints.hf.write_hf_folder`: config.json, model.safetensors and, with
+    `vocab_file`, the tokenizer files); a variant stock transformers cannot compute only
+    with `allow_variant`. Returns `folder`."""
+    arrays = {name: variable.numpy() for name, variable in bert_variables(model).items()}
+    return hf_writing.write_hf_folder(folder, arrays, model_kind(model), model.config,
+                                      num_labels=getattr(model, "num_labels", None), allow_variant=allow_variant,
+                                      vocab_file=vocab_file, do_lower_case=do_lower_case)

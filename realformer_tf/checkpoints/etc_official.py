@@ -41,11 +41,7 @@ names (`predictions/`, `seq_relationship/`, `pooler/`, `classifier/`, `squad/`).
 import numpy as np
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.checkpoints import variant_evidence
-from realformer_tf.checkpoints.format import CheckpointFormat
-from realformer_tf.checkpoints.tf_checkpoint import CheckpointError
-from realformer_tf.models.etc import inputs as etc_inputs
-from realformer_tf.models.etc import model as etc_models
+from realformer_tf.errors import CheckpointError
 
 ENCODER_PREFIX = "etc/"
 # {kind: the name prefixes of its heads} (see checkpoints.bert.HEAD_PREFIXES).
@@ -56,12 +52,8 @@ HEAD_PREFIXES = {
     "encoder": (),
 }
 CLASSIFIER_WEIGHTS_NAME = "classifier/output_weights"
-_KIND_OF_CLASS = (
-    (etc_models.EtcPretrainingModel, "pretraining"),
-    (etc_models.EtcClassifierModel, "classifier"),
-    (etc_models.EtcSquadModel, "squad"),
-    (etc_models.EtcModel, "encoder"),
-)
+# The weight every ETC encoder has, under our names (BERT's is token_type_embeddings).
+_ETC_MARKER = "embeddings/segment_embeddings"
 
 ROOT = "etc_document_bert"
 _STACK = f"{ROOT}/global_local_transformer_layers"
@@ -166,7 +158,7 @@ def _to_ours(order):
     return lambda array: np.asarray(array)[inverse]
 
 
-def load_official(model, path, skip_heads=False):
+def load_official(model, path, skip_heads=False, allow_nonfinite=False):
     """Loads an official-named ETC checkpoint into `model` (an ETC model in the official
     layout); heads come under our names when the checkpoint has them."""
     model._ensure_built()  # the whole model: building its encoder alone would lock it
@@ -180,7 +172,7 @@ def load_official(model, path, skip_heads=False):
     owned = (ROOT + "/",) + (() if skip_heads else HEAD_PREFIXES[model_kind(model)])
     return ckpt.load_named_variables(
         path, variables, owned, description=f"{type(model).__name__} ({config.describe()})",
-        transforms={name: _to_ours(order) for name in relative})
+        transforms={name: _to_ours(order) for name in relative}, allow_nonfinite=allow_nonfinite)
 
 
 def save_official(model, prefix):
@@ -200,23 +192,39 @@ def _head_variables(model):
 
 
 # -- our names ----------------------------------------------------------------------------
+def _relative_paths(model):
+    """The weights' Keras paths without the model's own name (built from its config
+    first if needed)."""
+    model._ensure_built()
+    return [v.path.split("/", 1)[1] for v in model.weights]
+
+
 def model_kind(model):
-    """"encoder", "pretraining", "classifier" or "squad" for an ETC model (or subclass)."""
-    for cls, kind in _KIND_OF_CLASS:
-        if isinstance(model, cls):
+    """"encoder", "pretraining", "classifier" or "squad" for an ETC model, told by the
+    names of its weights: a task model nests the encoder under `etc/`, its heads under
+    their own names.
+
+    Raises:
+        TypeError for a model that is no ETC model.
+    """
+    paths = _relative_paths(model)
+    if _ETC_MARKER in paths:
+        return "encoder"
+    if ENCODER_PREFIX + _ETC_MARKER not in paths:
+        raise TypeError(f"{type(model).__name__} is not an EtcModel or ETC task model "
+                        "(realformer_tf.etc_modeling); BERT models: checkpoints.bert")
+    for kind in ("pretraining", "classifier", "squad"):
+        if any(p.startswith(HEAD_PREFIXES[kind][0]) for p in paths):
             return kind
-    raise TypeError(f"{type(model).__name__} is not an EtcModel or ETC task model "
-                    "(realformer_tf.etc_modeling); BERT models: checkpoints.bert")
+    raise TypeError(f"{type(model).__name__} has an ETC encoder but no head of a known kind")
 
 
 def etc_variables(model, include_heads=True):
     """{name: variable} of every weight of an ETC model under our names (built from
     its config first if needed); `include_heads=False`: the encoder's only."""
     encoder_only = model_kind(model) == "encoder"
-    model._ensure_built()
     names = {}
-    for v in model.weights:
-        rest = v.path.split("/", 1)[1]
+    for v, rest in zip(model.weights, _relative_paths(model)):
         name = f"{ENCODER_PREFIX}{rest}" if encoder_only else rest
         if include_heads or name.startswith(ENCODER_PREFIX):
             names[name] = v
@@ -252,27 +260,31 @@ def check_checkpoint_fits(config, prefix):
                            f"the config ({config.describe()})", weights)
 
 
-def load_etc_checkpoint(model, path, skip_heads=False):
+def load_etc_checkpoint(model, path, skip_heads=False, decide_variant=None, allow_nonfinite=False):
     """Loads a checkpoint written by `save_etc_checkpoint` (or a training checkpoint of
     ours), or an official ETC checkpoint (recognized by its `etc_document_bert/` names;
     needs a config in the official layout) into an ETC model; `skip_heads` loads the
-    encoder only. A config that does not state residual_attention gets the weights'
-    evidence first (`variant_evidence`). Returns the prefix read.
+    encoder only. A config that does not state residual_attention needs
+    `decide_variant(model, prefix)` (the ETC family's, which
+    `realformer_tf.etc_modeling.load_etc_checkpoint` passes), as in
+    `checkpoints.bert.load_bert_checkpoint`. Weights holding NaN or Inf are refused
+    unless `allow_nonfinite`. Returns the prefix read.
 
     Raises:
         CheckpointError naming any missing, unexpected or mis-shaped weight.
+        ConfigError for an unstated residual_attention without `decide_variant`.
     """
-    kind = model_kind(model)
     if not model.built:  # sizes first, before a model the checkpoint does not fit is built
         check_checkpoint_fits(model.config, ckpt.resolve_checkpoint(path))
-    if not variant_evidence.is_stated(model.config):
-        variant_evidence.check_loaded_model(model, FORMAT, ckpt.resolve_checkpoint(path))
+    if not model.config.residual_attention_stated:
+        ckpt.require_stated_variant(model, path, decide_variant, "realformer_tf.etc_modeling.load_etc_checkpoint")
+    kind = model_kind(model)
     if has_official_names(path):
-        return load_official(model, path, skip_heads=skip_heads)
+        return load_official(model, path, skip_heads=skip_heads, allow_nonfinite=allow_nonfinite)
     owned = (ENCODER_PREFIX,) + (() if skip_heads else HEAD_PREFIXES[kind])
     return ckpt.load_named_variables(
         path, etc_variables(model, include_heads=not skip_heads), owned,
-        description=f"{type(model).__name__} ({model.config.describe()})")
+        description=f"{type(model).__name__} ({model.config.describe()})", allow_nonfinite=allow_nonfinite)
 
 
 def save_etc_checkpoint(model, prefix, official_names=False):
@@ -282,33 +294,3 @@ def save_etc_checkpoint(model, prefix, official_names=False):
     if official_names:
         return save_official(model, prefix)
     return ckpt.save_named_variables(prefix, etc_variables(model))
-
-
-class EtcFormat(CheckpointFormat):
-    """ETC's models under our names or the official ones (held by
-    `families.EtcFamily`)."""
-
-    name = "etc"
-    head_prefixes = HEAD_PREFIXES
-    classifier_weights_name = CLASSIFIER_WEIGHTS_NAME
-    max_length_field = "max_absolute_position_embeddings"
-
-    def model_classes(self):
-        return {"pretraining": etc_models.EtcPretrainingModel, "classifier": etc_models.EtcClassifierModel,
-                "squad": etc_models.EtcSquadModel, "encoder": etc_models.EtcModel}
-
-    def adapt_features(self, features, config, options):
-        """Adds the ETC inputs (one global token per `options.etc_tokens_per_global` long
-        tokens, their masks and relative ids) to BERT-layout features."""
-        etc = etc_inputs.make_fixed_block_features(
-            features["input_ids"], features["input_mask"], features["segment_ids"],
-            options.etc_tokens_per_global, config.local_radius, config.relative_pos_max_distance,
-            use_hard_g2l_mask=config.use_hard_g2l_mask, use_hard_l2g_mask=config.use_hard_l2g_mask)
-        return dict(features, **etc)
-
-    check_checkpoint_fits = staticmethod(check_checkpoint_fits)
-    load_checkpoint = staticmethod(load_etc_checkpoint)
-    save_checkpoint = staticmethod(save_etc_checkpoint)
-
-
-FORMAT = EtcFormat()

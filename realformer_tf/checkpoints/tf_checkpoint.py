@@ -13,7 +13,7 @@ import numpy as np
 from absl import logging
 
 from realformer_tf.fileio import gfile
-from realformer_tf.errors import CheckpointError  # noqa: F401  (raised here, public here)
+from realformer_tf.errors import CheckpointError, ConfigError
 
 # Variables an original training checkpoint holds that are not model weights.
 _NON_MODEL_SUFFIXES = ("/adam_m", "/adam_v", "/Momentum", "/lamb_m", "/lamb_v")
@@ -22,9 +22,6 @@ _OBJECT_BASED_MARKER = ".ATTRIBUTES/VARIABLE_VALUE"
 # Our training checkpoints (training.checkpointable_weights) keep the model weights as
 # a dict keyed by original name; TF escapes "/" as ".S" and "." as "..".
 _TRAINING_WEIGHTS = re.compile(r"^model_weights/(.*)/\.ATTRIBUTES/VARIABLE_VALUE$")
-# Set to 1 to load weights holding NaN or Inf (e.g. to inspect a diverged checkpoint);
-# by default such a checkpoint is refused, naming the tensors.
-ALLOW_NONFINITE_ENV = "REALFORMER_ALLOW_NONFINITE_WEIGHTS"
 
 
 def _hf():
@@ -192,7 +189,7 @@ def _check_names(source, variables, owned_prefixes, optional_prefixes, descripti
 
 
 def load_named_variables(prefix, variables, owned_prefixes, description="the model",
-                         optional_prefixes=(), transforms=None):
+                         optional_prefixes=(), transforms=None, allow_nonfinite=False):
     """Assigns checkpoint tensors to `variables` ({name: variable}) by name.
 
     Checkpoint entries that are not model weights (optimizer slots, global_step) are
@@ -202,13 +199,13 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
     (except those under `optional_prefixes`, which then keep their values) or a shape
     mismatch. `prefix` may also be a Hugging Face BERT folder. `transforms` maps a name
     to a function applied to its stored array (a same-shape layout change, e.g. permuted
-    rows). Returns what was read.
+    rows). Weights holding NaN or Inf are refused, naming them, unless `allow_nonfinite`
+    (e.g. to inspect a diverged checkpoint). Returns what was read.
     """
     source = open_named_weights(prefix)
     _check_names(source, variables, owned_prefixes, optional_prefixes, description)
     stored = source.shapes()
     transforms = transforms or {}
-    allow_nonfinite = os.environ.get(ALLOW_NONFINITE_ENV, "") not in ("", "0")
     not_float, nonfinite = [], []
     for name, var in variables.items():
         if name in stored:
@@ -228,8 +225,21 @@ def load_named_variables(prefix, variables, owned_prefixes, description="the mod
     if nonfinite:
         raise CheckpointError(
             f"{source.path} holds NaN or Inf in {_format_names(nonfinite)} (a diverged or damaged "
-            f"checkpoint); use an earlier checkpoint, or set {ALLOW_NONFINITE_ENV}=1 to load it anyway")
+            "checkpoint); use an earlier checkpoint, or load it anyway with allow_nonfinite=True "
+            "(convert_checkpoint.py --allow_nonfinite_weights)")
     return source.path
+
+
+def require_stated_variant(model, path, decide_variant, decider_name):
+    """For a loader given a model whose config does not state residual_attention:
+    `decide_variant(model, resolved path)` (a family's decision from the weights), or
+    a ConfigError when the caller gave none."""
+    if decide_variant is None:
+        raise ConfigError(
+            f"{type(model).__name__}'s config does not state residual_attention, and vanilla and "
+            f"RealFormer checkpoints hold the same weights; state it in the config, or load through "
+            f"{decider_name}, which tells it from the weights")
+    decide_variant(model, resolve_checkpoint(path))
 
 
 def _is_float(dtype):

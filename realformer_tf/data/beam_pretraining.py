@@ -39,14 +39,12 @@ give the same bytes on any runner with any number of workers. Apache Beam is an 
 (`realformer_tf[beam]`) and is imported only when a pipeline is built.
 """
 
-import atexit
 import contextlib
 import dataclasses
 import hashlib
 import math
 import os
 import random
-import sys
 import time
 
 from realformer_tf.data.beam_workers import IMPORT_NOISE, WORKER_START_NOISE, stderr_without, with_quiet_local_workers
@@ -238,20 +236,15 @@ class CreateExamples(_LazyStep):
     Args:
       config: the PipelineConfig.
       run_token: the run's temporary names (`pretraining_shards.new_run_token`).
-      launcher_pid: set when the workers are local processes of the DirectRunner (its
-        multi_processing mode): the launching process's pid. Those workers then end
-        without Python's teardown (`end_without_teardown`).
     """
 
-    def __init__(self, config, run_token, launcher_pid=None):
-        self.config, self.run_token, self.launcher_pid = config, run_token, launcher_pid
+    def __init__(self, config, run_token):
+        self.config, self.run_token = config, run_token
 
     def _setup(self):
         from official.nlp.data import create_pretraining_data as mg
         from official.nlp.tools import tokenization
 
-        if self.launcher_pid is not None and os.getpid() != self.launcher_pid:
-            end_without_teardown()
         tokenizer = tokenization.FullTokenizer(self.config.vocab_file, self.config.do_lower_case)
         self._state = (mg, tokenizer, list(tokenizer.vocab.keys()), _Throughput("created"), _counter("examples"))
 
@@ -275,21 +268,6 @@ class CreateExamples(_LazyStep):
         batches = [(shard, pack_batch(batch)) for shard, batch in sorted(by_shard.items())]
         name = bucket_file_name(self.config.output_prefix, self.run_token, bucket, round_index)
         return write_bucket_file(name, batches)
-
-
-def end_without_teardown():
-    """Makes this worker process end at once when its Beam harness is done, skipping
-    Python's teardown: with TensorFlow imported that takes over a second, and the
-    DirectRunner waits for its workers to exit (2.5 s at the end of every run, measured).
-    By then the worker's files are written and its results reported. After an uncaught
-    exception the process ends as Python would, with its status."""
-    def end_now():
-        if getattr(sys, "last_value", None) is None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-
-    atexit.register(end_now)
 
 
 class WriteShard:
@@ -343,9 +321,8 @@ def import_beam():
     return apache_beam
 
 
-def build_pipeline(pipeline, config, run_token, launcher_pid=None):
-    """Adds the steps to the Beam `pipeline`; returns the PCollection of (shard, count).
-    `launcher_pid`: see CreateExamples."""
+def build_pipeline(pipeline, config, run_token):
+    """Adds the steps to the Beam `pipeline`; returns the PCollection of (shard, count)."""
     import apache_beam as beam
 
     names = document_names(config.input_files)
@@ -360,7 +337,7 @@ def build_pipeline(pipeline, config, run_token, launcher_pid=None):
         | "TokenizeBuckets" >> beam.FlatMap(TokenizeBucket(config, run_token))
         # A new stage, so that the runner deals the rounds to its workers one by one.
         | "SpreadRounds" >> beam.Reshuffle()
-        | "CreateExamples" >> beam.FlatMap(CreateExamples(config, run_token, launcher_pid))
+        | "CreateExamples" >> beam.FlatMap(CreateExamples(config, run_token))
     )
     every_shard = pipeline | "ShardIds" >> beam.Create([(i, None) for i in range(config.num_output_shards)])
     return (
@@ -388,7 +365,7 @@ def run_pipeline(config, pipeline_args, runner):
         pipeline = beam.Pipeline(options=options)
         local_workers = ("direct" in str(runner).lower()
                          and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
-        build_pipeline(pipeline, config, run_token, os.getpid() if local_workers else None)
+        build_pipeline(pipeline, config, run_token)
         with stderr_without(WORKER_START_NOISE) if local_workers else contextlib.nullcontext():
             result = pipeline.run()
             # Waited for even with --no_wait_until_finish: the shards are renamed into

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import tensorflow as tf
 from official.nlp.data import classifier_data_lib as mg
 
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import contextlib
 import numpy as np
 import tensorflow as tf
 
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 FULL_CHECK_BYTES = 1 << 30
 # A record is framed by its length (8 bytes), the length's CRC (4) and the data's CRC (4).

@@ -3,8 +3,7 @@
 import tensorflow as tf
 from absl import logging
 
-from realformer_tf.errors import UserError
-from realformer_tf.errors import InputError  # noqa: F401  (raised here, public here)
+from realformer_tf.errors import InputError
 
 
 def expand_input_files(patterns, flag_name="input_file"):

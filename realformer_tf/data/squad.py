@@ -21,7 +21,9 @@ import tensorflow as tf
 from official.nlp.data import squad_lib
 from official.nlp.tools import squad_evaluate_v1_1, squad_evaluate_v2_0, tokenization
 
-from realformer_tf.data.records import InputError, decode_record
+from realformer_tf.data.records import decode_record
+
+from realformer_tf.errors import InputError
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.fileio import atomic_output, commit, temporary_name
 

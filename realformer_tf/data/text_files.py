@@ -4,7 +4,7 @@ import codecs
 
 import tensorflow as tf
 
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 _CHUNK_BYTES = 1 << 20
 

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 REQUIRED_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

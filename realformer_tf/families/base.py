@@ -1,28 +1,33 @@
-"""The `ModelFamily` interface and what every family shares (initialization from a
-checkpoint, the final original-named checkpoint). A family holds its checkpoint format
-(`realformer_tf.checkpoints.format.CheckpointFormat`: its models by kind, the one
-builder, names, head prefixes, loading and saving) and adds configs, options and
-inputs."""
+"""The `ModelFamily` interface: everything the jobs know about one kind of model, in
+one object. A family builds its models by kind, adapts BERT-layout features to their
+inputs, owns its checkpoint names and formats (through its module in
+`realformer_tf.checkpoints`, which maps names and reads and writes tensors only), and
+decides a checkpoint's unstated variant from its weights (`variant_evidence`)."""
 
 import os
 
 import tensorflow as tf
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
-from realformer_tf.checkpoints.format import KINDS  # noqa: F401  (public here)
 from realformer_tf.errors import UsageError
+
+# What a job asks a family to build.
+KINDS = ("pretraining", "classifier", "squad", "encoder")
 
 
 class ModelFamily:
-    """One kind of model: its checkpoint format plus what the jobs need. Subclasses set
-    the class attributes.
+    """One kind of model. Subclasses set the class attributes and implement
+    `model_classes` and the checkpoint functions (`_load`, `_save`, `_check_fits`,
+    `_named_variables`), which their `checkpoints` module provides.
 
     Attributes:
-        checkpoint_format: the family's `CheckpointFormat` (e.g. `checkpoints.bert.FORMAT`):
-            its models by kind (`build_model`), variable names, head prefixes, loading
-            and saving, and the input adapter the loaders share.
+        name: the `--model_type` value.
         config_class: a `JsonConfig` dataclass (`from_json_file`, `to_json_file`,
             `describe`).
+        head_prefixes: {kind: variable-name prefixes of that kind's heads}: a
+            checkpoint holds a kind's heads when it has a name under each prefix.
+        classifier_weights_name: the classifier head's [num_labels, hidden] weights.
+        max_length_field: the config field that bounds the input length.
         checkpoint_name: the final checkpoint a training run leaves in output_dir,
             written under the family's original variable names.
         config_name: the config file written next to it.
@@ -31,28 +36,49 @@ class ModelFamily:
             (ETC's blocked layout and fixed global tokens); the serving graph pads then.
     """
 
-    checkpoint_format = None
+    name = None
     config_class = None
+    head_prefixes = {}
+    classifier_weights_name = None
+    max_length_field = None
     checkpoint_name = None
     config_name = None
     export_tasks = ()
     static_length = False
 
-    @property
-    def name(self):
-        """The `--model_type` value (the format's name)."""
-        return self.checkpoint_format.name
+    # -- models -----------------------------------------------------------------------
+    def model_classes(self):
+        """{kind: Keras model class} (constructors take the config, and for the
+        classifier `num_labels`)."""
+        raise NotImplementedError
 
-    # -- configs ----------------------------------------------------------------------
+    def build_model(self, config, kind, num_labels=None, dtype=None):
+        """The Keras model of `kind` (one of KINDS): the family's one builder."""
+        classes = self.model_classes()
+        if kind not in classes:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(classes)}")
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        if kind == "classifier":
+            kwargs["num_labels"] = num_labels
+        return classes[kind](config, **kwargs)
+
+    def owns(self, model):
+        """Whether `model` is one of this family's models."""
+        return isinstance(model, tuple(self.model_classes().values()))
+
+    def max_length(self, config):
+        """The longest input the config's models take (None: no limit)."""
+        return getattr(config, self.max_length_field) or None
+
+    # -- configs and options ----------------------------------------------------------
     def load_config(self, path, max_seq_length=None):
         """The config at `path`, checked against `max_seq_length`."""
         if not path:
             raise UsageError("--bert_config_file is required (the model's config JSON)")
         config = self.read_config(path)
-        limit = self.checkpoint_format.max_length(config)
+        limit = self.max_length(config)
         if max_seq_length is not None and limit and max_seq_length > limit:
-            raise UsageError(f"--max_seq_length={max_seq_length} exceeds "
-                             f"{self.checkpoint_format.max_length_field}={limit} of "
+            raise UsageError(f"--max_seq_length={max_seq_length} exceeds {self.max_length_field}={limit} of "
                              f"{path}; lower --max_seq_length")
         return config
 
@@ -73,27 +99,71 @@ class ModelFamily:
         return {}
 
     # -- inputs -----------------------------------------------------------------------
+    def adapt_features(self, features, config, options=None):
+        """One batch of BERT-layout features as this family's model inputs (identity
+        for BERT). `options`: the job's options (None: the family's defaults)."""
+        return features
+
     def adapt_dataset_fn(self, dataset_fn, config, options):
         """Wraps a BERT-layout `dataset_fn(input_context, start_step)` so that its
         batches carry this family's model inputs (identity for BERT)."""
         return dataset_fn
 
     # -- checkpoints ------------------------------------------------------------------
+    def named_variables(self, model, include_heads=True):
+        """{checkpoint name: variable} of every weight of one of this family's models."""
+        return self._named_variables(model, include_heads)
+
+    def check_checkpoint_fits(self, config, prefix):
+        """Raises CheckpointError when the checkpoint at `prefix` (resolved) does not
+        have the sizes `config` gives, from its stored shapes alone: called before a
+        model is built, so a config that does not describe the checkpoint (or a hostile
+        one) fails at once instead of allocating a model first."""
+        self._check_fits(config, prefix)
+
+    def load_checkpoint(self, model, path, skip_heads=False, allow_nonfinite=False):
+        """Loads a checkpoint under the family's names (or one of our training
+        checkpoints) into `model`; a config that does not state residual_attention is
+        decided from the weights first (`variant_evidence.check_loaded_model`). Returns
+        the prefix read."""
+        from realformer_tf.families import variant_evidence
+
+        def decide(model, prefix):
+            variant_evidence.check_loaded_model(model, self, prefix)
+
+        return self._load(model, path, skip_heads=skip_heads, decide_variant=decide,
+                          allow_nonfinite=allow_nonfinite)
+
+    def save_checkpoint(self, model, prefix):
+        """Writes `model` under the family's names; returns the prefix written."""
+        return self._save(model, prefix)
+
+    def checkpoint_heads(self, prefix, kind, num_labels=None):
+        """Whether the checkpoint at `prefix` holds the heads of `kind` (for a
+        classifier with `num_labels`, one of that many labels)."""
+        prefixes = tuple(self.head_prefixes.get(kind, ()))
+        stored = ckpt.list_checkpoint(prefix)
+        names = ckpt.original_names(stored) or {}
+        if not prefixes or not all(any(n.startswith(p) for n in names) for p in prefixes):
+            return False
+        weights = names.get(self.classifier_weights_name)
+        return kind != "classifier" or num_labels is None or (weights and stored[weights][0] == num_labels)
+
     def initialize(self, model, kind, init_checkpoint, num_labels=None):
         """Loads `init_checkpoint` into a fresh model: the encoder, and the heads of
         `kind` when the checkpoint holds them (a fine-tuned or pretraining checkpoint,
         original-named or one of our training checkpoints). Returns (a log line,
         whether the heads were loaded)."""
         prefix = ckpt.resolve_checkpoint(init_checkpoint)
-        with_heads = self.checkpoint_format.checkpoint_heads(prefix, kind, num_labels)
-        path = self.checkpoint_format.load_checkpoint(model, prefix, skip_heads=not with_heads)
+        with_heads = self.checkpoint_heads(prefix, kind, num_labels)
+        path = self.load_checkpoint(model, prefix, skip_heads=not with_heads)
         parts = "encoder and heads" if with_heads else "encoder only; heads fresh"
         return f"Initialized from {path} ({parts})", with_heads
 
     def save_final_checkpoint(self, model, output_dir, config):
         """Writes `output_dir/<checkpoint_name>` and its config; returns the prefix."""
         prefix = os.path.join(output_dir, self.checkpoint_name)
-        self.checkpoint_format.save_checkpoint(model, prefix)
+        self.save_checkpoint(model, prefix)
         config.to_json_file(os.path.join(output_dir, self.config_name))
         return prefix
 

@@ -5,31 +5,33 @@
 - original-named TF1 checkpoints (what google-research/bert and other BERT tools read),
 - Hugging Face BERT folders (config.json + model.safetensors).
 
-Every input is read by the family's loader (`checkpoints.bert.load_bert_checkpoint`,
-...) and written by its writer, so a conversion checks names and shapes exactly as
+Every input is read by the family's loader (`family.load_checkpoint`) and written by
+its writer, so a conversion checks names and shapes exactly as
 loading does.
 """
 
+from realformer_tf.checkpoints import bert as bert_checkpoint
 from realformer_tf.checkpoints import hf as hf_checkpoint
-from realformer_tf.checkpoints import variant_evidence
-from realformer_tf.checkpoints.tf_checkpoint import CheckpointError, is_object_based, list_checkpoint, resolve_checkpoint
+from realformer_tf.checkpoints.tf_checkpoint import is_object_based, list_checkpoint, resolve_checkpoint
+from realformer_tf.errors import CheckpointError
 from realformer_tf.errors import UsageError
-from realformer_tf.families import KINDS, get_family
+from realformer_tf.families import KINDS, get_family, variant_evidence
 
 TASK_MODELS = KINDS  # pretraining, classifier, squad, encoder
 OUTPUT_FORMATS = ("checkpoint", "hf")
 
 
 def convert(config, source, output, task, num_labels=2, output_format="checkpoint", family=None,
-            allow_variant=False, log=None, vocab_file=None, do_lower_case=True):
+            allow_variant=False, log=None, vocab_file=None, do_lower_case=True, allow_nonfinite=False):
     """Loads `source` (a training checkpoint prefix or directory, an original-named
     checkpoint, or a Hugging Face folder) into a `task` model of `family` (default
     BERT; ETC too) and writes it as an original-named checkpoint at prefix `output`
     (output_format "checkpoint") or as a Hugging Face folder `output` ("hf", BERT only;
-    `allow_variant`, `vocab_file`, `do_lower_case`: see `hf_checkpoint.save_hf_folder`).
+    `allow_variant`, `vocab_file`, `do_lower_case`: see `checkpoints.bert.save_hf_folder`).
     A config that does not state
     residual_attention is decided from the weights first (`variant_evidence`; one line
-    to `log`). Returns (what was read, what was written).
+    to `log`). Weights holding NaN or Inf are refused unless `allow_nonfinite`. Returns
+    (what was read, what was written).
 
     Raises:
         CheckpointError when `source` already is an original-named checkpoint and the
@@ -46,15 +48,15 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
     already_original = not hf_checkpoint.is_hf_folder(prefix) and not is_object_based(list_checkpoint(prefix))
     if output_format == "checkpoint" and already_original:
         raise CheckpointError(f"{prefix} already uses the original names; use it as it is")
-    config = variant_evidence.resolve(family.checkpoint_format, config, prefix, log=log)
+    config = variant_evidence.resolve(family, config, prefix, log=log)
     if output_format == "hf":
         hf_checkpoint.check_exportable(config, output, allow_variant)  # before anything is built
-    model = family.checkpoint_format.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
-    read = family.checkpoint_format.load_checkpoint(model, prefix)
+    model = family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
+    read = family.load_checkpoint(model, prefix, allow_nonfinite=allow_nonfinite)
     if output_format == "hf":
-        return read, hf_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant,
+        return read, bert_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant,
                                                   vocab_file=vocab_file, do_lower_case=do_lower_case)
-    return read, family.checkpoint_format.save_checkpoint(model, output)
+    return read, family.save_checkpoint(model, output)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):
     """A training checkpoint -> an original-named one (see `convert`)."""

@@ -27,9 +27,8 @@ import socket
 import time
 import uuid
 
-from realformer_tf.errors import UsageError
+from realformer_tf.errors import OutputDirInUseError, OutputPathError
 from realformer_tf.fileio import atomic_output, gfile
-from realformer_tf.errors import OutputPathError, OutputDirInUseError  # noqa: F401  (raised here, public here)
 
 LOCK_FILE = "run.lock"
 _HELD = set()  # tokens of the locks this process holds (a pid match alone is not ours: containers reuse pids)
@@ -340,3 +339,23 @@ def _read_json(path):
             return json.loads(f.read())
     except Exception:  # missing, half-written or not JSON: described as unreadable
         return {}
+
+
+# -- results files --------------------------------------------------------------------------
+def write_results(path, results):
+    """Writes `key = value` lines, sorted by key, like the original eval_results.txt."""
+    with atomic_output(path) as f:
+        for key in sorted(results):
+            f.write(f"{key} = {results[key]}\n")
+
+
+def report_results(output_dir, results, log, heading="Eval results"):
+    """Writes output_dir/eval_results.txt and sends the same lines to `log`; returns
+    its path."""
+    path = os.path.join(output_dir, "eval_results.txt")
+    write_results(path, results)
+    log(f"***** {heading} *****")
+    for key in sorted(results):
+        log(f"  {key} = {results[key]}")
+    log(f"Written to {path}")
+    return path

@@ -25,12 +25,12 @@ from realformer_tf.training import distribution
 from realformer_tf.serving import export
 from realformer_tf.training import optimization
 from realformer_tf.jobs import outputs
-from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.families import variant_evidence
 from realformer_tf.errors import UsageError, UserError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output
 from realformer_tf.training.trainer import Trainer
-from realformer_tf.training.workers import is_chief, worker_scratch_dir
+from realformer_tf.training.distribution import is_chief, worker_scratch_dir
 
 
 def say(message):
@@ -85,6 +85,7 @@ class Job:
 
     name = None
     kind = None  # what the family builds: one of families.KINDS
+    families = ("bert", "etc")  # the --model_type values the job runs (BERT-layout data)
     options_class = RunOptions
     log = staticmethod(say)  # run_job sets the log function it was given
 
@@ -145,6 +146,8 @@ def run_job(job, options, log=say):
     The seeds and the Keras dtype policy the options ask for hold during the run and are
     restored when it ends (`distribution.run_settings`)."""
     family = get_family(options.model_type)
+    require(family.name in job.families, f"--model_type={family.name} has no {job.name} job; this program runs "
+            f"--model_type={' or '.join(job.families)}")
     job.log = log
     job.check_options(options)
     family.check_options(options)
@@ -166,13 +169,13 @@ def _run_decided(job, options, family, config, float16, log):
         if line:
             log(line)
     for name in job.batch_size_names(options):
-        per_replica(strategy, getattr(options, name), name)
+        distribution.per_replica_batch_size(getattr(options, name), strategy, f"--{name}")
     if is_chief(strategy):
         outputs.OutputDirLock(options.output_dir).check_free()  # before the inputs are read through
     job.check_inputs(options, family, config)
     if options.init_checkpoint:
         # Fail now, not after set-up; and before a model is built, its sizes.
-        family.checkpoint_format.check_checkpoint_fits(config, ckpt.resolve_checkpoint(options.init_checkpoint))
+        family.check_checkpoint_fits(config, ckpt.resolve_checkpoint(options.init_checkpoint))
     identity = {**job.run_identity(options), **family.run_identity(options)}
     with take_output_dir(options.output_dir, strategy, config, identity, log,
                          record=run_record(options)):  # released on errors too
@@ -210,13 +213,13 @@ def resolve_variant(job, family, config, options, log=say):
     before anything is trained. Unstated, from scratch: the default (on), announced by
     the run's first line. Every later phase (train, eval, predict, export) and the
     output_dir's config file use the decided config."""
-    if variant_evidence.is_stated(config) or not options.init_checkpoint:
+    if config.residual_attention_stated or not options.init_checkpoint:
         return variant_evidence.decided(config)
     try:
         examples = job.evidence_examples(options, family, config)
-    except (OSError, ValueError, KeyError, tf.errors.OpError):
+    except (OSError, UserError, tf.errors.OpError):
         examples = None  # unreadable inputs are reported by check_inputs; use the sample
-    return variant_evidence.resolve(family.checkpoint_format, config, options.init_checkpoint, examples, options,
+    return variant_evidence.resolve(family, config, options.init_checkpoint, examples, options,
                                     source=f"--bert_config_file={options.bert_config_file}", log=log)
 
 
@@ -236,13 +239,6 @@ def worker_output_dir(output_dir, strategy):
     path = worker_scratch_dir(output_dir, strategy)
     outputs.makedirs(path, "--output_dir")
     return path
-
-
-def per_replica(strategy, batch_size, name):
-    try:
-        return distribution.per_replica_batch_size(batch_size, strategy, name)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
 
 
 def take_output_dir(output_dir, strategy, config, identity, log=say, record=None):

@@ -2,6 +2,7 @@
 
 from realformer_tf.layers.activations import get_activation
 from realformer_tf.layers.attention import ResidualMultiHeadAttention
+from realformer_tf.layers.decoder import TransformerDecoderBlock
 from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings
 from realformer_tf.layers.encoder import TransformerEncoder
@@ -11,11 +12,7 @@ from realformer_tf.layers.etc import (
     GlobalLocalBlock,
     GlobalLocalEncoder,
 )
-from realformer_tf.layers.transformer import (
-    LAYER_NORM_TYPES,
-    TransformerDecoderBlock,
-    TransformerEncoderBlock,
-)
+from realformer_tf.layers.transformer import LAYER_NORM_TYPES, TransformerEncoderBlock
 
 __all__ = [
     "BertEmbeddings",

@@ -94,10 +94,17 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         layer, e.g. a pre-LN LayerNorm's gamma and beta over standardized inputs. They
         fold into the projections' weights where they are plain Dense layers
         (`folding.project`), which saves the elementwise passes over the inputs.
+      cache: for decoding, `{"key": k, "value": v}`, the split heads
+        [batch, past_len, num_heads, head_dim] of the earlier positions (past_len may
+        be 0), to which this call's keys and values are appended; the queries are the
+        last positions. `attention_mask` then covers all past_len + key_len keys, and
+        `prev_scores` (the previous layer's rows for these queries) too. The Keras
+        masks of the key inputs are not used (give `attention_mask`).
 
     Returns:
       `(output, scores)`: [batch, query_len, output_dim] and
-      [batch, num_heads, query_len, key_len].
+      [batch, num_heads, query_len, key_len]; with `cache`, `(output, scores,
+      new_cache)`, the scores over all past_len + key_len keys.
 
     Example:
     >>> import numpy as np
@@ -235,12 +242,11 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         training=None,
         query_affine=None,
         value_affine=None,
+        cache=None,
     ):
         key_affine = value_affine if key is None or key is value else None
         key_mask = None if key is None or key is value else key_mask
         key = value if key is None else key
-        if prev_scores is not None:
-            self._check_prev_scores(prev_scores, query, key)
         fold = bool(training)  # folding.py: folding pays in training, not at inference
         q = folding.project(self.query_dense, query, query_affine, fold)
         k = folding.project(self.key_dense, key, key_affine, fold)
@@ -248,16 +254,23 @@ class ResidualMultiHeadAttention(keras.layers.Layer):
         q = scores_lib.split_heads(q, self.num_heads, self.key_dim)
         k = scores_lib.split_heads(k, self.num_heads, self.key_dim)
         v = scores_lib.split_heads(v, self.num_heads, self.value_dim)
+        if cache is not None:  # decoding: the keys and values of the earlier positions first
+            k = ops.concatenate([ops.cast(cache["key"], k.dtype), k], axis=1)
+            v = ops.concatenate([ops.cast(cache["value"], v.dtype), v], axis=1)
+        if prev_scores is not None:
+            self._check_prev_scores(prev_scores, query, k)
         scores = scores_lib.raw_scores(q, k, prev_scores)
         mask = masking.combine_masks(
-            attention_mask, ops.shape(query)[1], ops.shape(key)[1], use_causal_mask,
-            query_mask=query_mask, key_masks=(value_mask, key_mask),
+            attention_mask, ops.shape(query)[1], ops.shape(k)[1], use_causal_mask,
+            query_mask=query_mask, key_masks=(value_mask, key_mask) if cache is None else (),
         )
         probs = self.attention_probabilities(scores, mask)
         probs = self.probability_dropout(ops.cast(probs, v.dtype), training=training)
         context = scores_lib.merge_heads(scores_lib.context(probs, v))
         head_scale = self.head_scale if self.use_head_scale else None
         output = scores_lib.project_heads(self.output_dense, context, head_scale, self.head_scale_position, fold)
+        if cache is not None:
+            return output, scores, {"key": k, "value": v}
         return output, scores
 
     def compute_mask(self, query, previous_mask=None):

@@ -32,13 +32,20 @@ class TransformerEncoder(keras.layers.Layer):
       output_range: the last block computes the first `output_range` positions only
         (they attend to every position): a classifier needs [CLS] alone, and skipping the
         other rows of the last block saves ~1/num_layers of the work. None: all.
+      use_causal_mask: each position attends to itself and the earlier ones only (a
+        decoder-only language model).
+      cache: for decoding, one `{"key", "value"}` per block of the earlier positions
+        (`ResidualMultiHeadAttention`); `x` is the new positions. With residual
+        attention each block's score rows for the new positions go to the next block,
+        so a step needs no scores of the earlier positions.
 
     Returns:
       A dict: `sequence_output` [batch, seq_len, hidden] (after the final LayerNorm, if
       any), `encoder_outputs` (one [batch, seq_len, hidden] per block; the last equals
       `sequence_output`) and `attention_scores` (one carried
       [batch, num_heads, seq_len, seq_len] per block). The outputs keep `x`'s Keras mask.
-      With `output_range` r, the last block's entries have r positions (queries).
+      With `output_range` r, the last block's entries have r positions (queries). With
+      `cache`, also `cache`: the blocks' new caches.
 
     Example:
     >>> import keras
@@ -77,26 +84,31 @@ class TransformerEncoder(keras.layers.Layer):
             self.final_layer_norm.build(input_shape)
         super().build(input_shape)
 
-    def call(self, x, attention_mask=None, training=None, mask=None, output_range=None):
+    def call(self, x, attention_mask=None, training=None, mask=None, output_range=None, use_causal_mask=False,
+             cache=None):
         mask = keras_mask_of(x) if mask is None else mask
-        encoder_outputs, attention_scores = [], []
+        encoder_outputs, attention_scores, new_cache = [], [], []
         scores = None
         for i, block in enumerate(self.blocks):
             # A block with residual attention off ignores `prev_scores`.
-            x, scores = block(
+            out = block(
                 x, attention_mask=attention_mask, prev_scores=scores, training=training,
                 mask=mask, output_range=output_range if i == self.num_layers - 1 else None,
+                use_causal_mask=use_causal_mask, cache=None if cache is None else cache[i],
             )
+            x, scores = out[:2]
+            new_cache.extend(out[2:])
             encoder_outputs.append(x)
             attention_scores.append(scores)
         if self.final_layer_norm is not None:
             x = self.final_layer_norm(x)
             encoder_outputs[-1] = x
-        return {
+        outputs = {
             "sequence_output": x,
             "encoder_outputs": encoder_outputs,
             "attention_scores": attention_scores,
         }
+        return outputs if cache is None else dict(outputs, cache=new_cache)
 
     def compute_output_spec(self, x, *args, output_range=None, **kwargs):
         spec = super().compute_output_spec(x, *args, **kwargs)

@@ -1,5 +1,6 @@
-"""Transformer encoder and decoder blocks: post-LN, pre-LN and NormFormer, with or
-without RealFormer residual attention.
+"""The transformer blocks' options and sublayers, and the encoder block: post-LN, pre-LN
+and NormFormer, with or without RealFormer residual attention (the decoder block is
+`layers.decoder`).
 
 `layer_norm_type`:
   post        x = LN(x + Attn(x));            x = LN(x + FFN(x))            (BERT)
@@ -7,6 +8,9 @@ without RealFormer residual attention.
   normformer  x = x + LN_post(Attn'(LN(x)));  x = r*x + W2 LN_fc(act(W1 LN(x)))
               with Attn' scaling each head (NormFormer), r the optional residual scale.
 The final LayerNorm of pre/normformer stacks belongs to the stack, not the block.
+NormFormer's three operations are also switches of their own (fairseq's `scale_attn`,
+`scale_fc`, `scale_heads`; `scale_resids` is `use_residual_scale`): each defaults to
+whether `layer_norm_type` is "normformer", and may be set on a pre-LN block.
 
 Residual attention is orthogonal: with it on, the block feeds `prev_scores` to its
 attention layer; with it off, `prev_scores` is ignored and each layer returns its own
@@ -42,7 +46,12 @@ BLOCK_OPTIONS = dict(
     use_residual_scale=False,
     initializer_range=0.02,
     layer_norm_epsilon=1e-12,
+    # NormFormer's operations one by one; None: as layer_norm_type ("normformer": on).
+    attention_output_norm=None,  # fairseq's scale_attn: LN on the attention output
+    ffn_activation_norm=None,  # scale_fc: LN on the feed-forward activation
+    use_head_scale=None,  # scale_heads: a learned scale per head
 )
+NORMFORMER_SWITCHES = ("attention_output_norm", "ffn_activation_norm", "use_head_scale")
 BLOCK_OPTION_NAMES = ("num_heads", "intermediate_size") + tuple(BLOCK_OPTIONS)
 
 
@@ -72,7 +81,8 @@ def check_choice(name, value, choices, error=ValueError):
 
 def check_norm_options(options, error=ValueError, names=None):
     """The one check of the LayerNorm arrangement options in `options` (keys as in
-    `BLOCK_OPTIONS`: layer_norm_type, head_scale_position, use_residual_scale).
+    `BLOCK_OPTIONS`: layer_norm_type, head_scale_position, use_residual_scale and the
+    NormFormer switches).
 
     Layers raise ValueError naming their keywords; a config passes `error=ConfigError`
     and `names`, its field name for each keyword, so the message names the field.
@@ -92,6 +102,21 @@ def check_norm_options(options, error=ValueError, names=None):
     if options.get("use_residual_scale") and layer_norm_type != "normformer":
         raise error(f"{name('use_residual_scale')} is a NormFormer option: it needs "
                     f"{name('layer_norm_type')}='normformer'")
+    switches = [key for key in NORMFORMER_SWITCHES if options.get(key)]
+    if switches and layer_norm_type == "post":
+        raise error(f"{', '.join(name(s) for s in switches)}: NormFormer operations of a pre-LN "
+                    f"block; they need {name('layer_norm_type')}='pre' or 'normformer', not 'post'")
+
+
+def _typed(name, value):
+    """A block option as given (strings; unset NormFormer switches stay None), numbers
+    and switches in their default's type."""
+    default = BLOCK_OPTIONS[name]
+    if isinstance(default, str):
+        return value
+    if default is None:
+        return None if value is None else bool(value)
+    return type(default)(value)
 
 
 class _BlockBase(keras.layers.Layer):
@@ -104,14 +129,15 @@ class _BlockBase(keras.layers.Layer):
         self.num_heads = int(num_heads)
         self.intermediate_size = int(intermediate_size)
         self.layer_index = int(layer_index)
-        # Strings as given; numbers and switches in their default's type.
-        self.options = {name: value if isinstance(BLOCK_OPTIONS[name], str) else type(BLOCK_OPTIONS[name])(value)
-                        for name, value in options.items()}
+        self.options = {name: _typed(name, value) for name, value in options.items()}
         for name, value in self.options.items():
             setattr(self, name, value)
         self.weight_options = weight_options
         self.activation = get_activation(self.hidden_act)
         self.normformer = self.layer_norm_type == "normformer"
+        # NormFormer's operations, each on where its switch says (unset: as normformer).
+        self.post_attention_norm, self.ffn_norm, self.scales_heads = (
+            self.normformer if self.options[key] is None else self.options[key] for key in NORMFORMER_SWITCHES)
 
     # -- sublayer factories -------------------------------------------------------------
     def _initializer(self):
@@ -142,7 +168,7 @@ class _BlockBase(keras.layers.Layer):
             dropout=self.attention_dropout,
             use_running_mean=self.residual_attention and self.use_running_mean,
             layer_index=self.layer_index,
-            use_head_scale=self.normformer,
+            use_head_scale=self.scales_heads,
             head_scale_position=self.head_scale_position,
             name=name,
             **self.weight_options.layer_kwargs(),
@@ -165,7 +191,7 @@ class _BlockBase(keras.layers.Layer):
         self.output_dropout = self._dropout("output_dropout")
         self.output_layer_norm = self._layer_norm("output_layer_norm")
         self.output_layer_norm.build(input_shape)
-        if self.normformer:
+        if self.ffn_norm:
             self.intermediate_layer_norm = self._layer_norm("intermediate_layer_norm")
             self.intermediate_layer_norm.build(inner_shape)
         if self.use_residual_scale:
@@ -188,7 +214,7 @@ class _BlockBase(keras.layers.Layer):
             out, scores = call_attention(x, None)
             return layer_norm(residual + dropout(out)), scores
         out, scores = call_attention(*layer_norm.split_affine(x, training))
-        if self.normformer:
+        if post_norm is not None:
             out = post_norm(out)
         return residual + dropout(out), scores
 
@@ -197,7 +223,7 @@ class _BlockBase(keras.layers.Layer):
             inner = self.intermediate_dense(x)
         else:
             inner = self.output_layer_norm.normalize_and_project(x, self.intermediate_dense, training)
-        if self.normformer:
+        if self.ffn_norm:
             out = self.intermediate_layer_norm.activate_normalize_and_project(
                 inner, self.hidden_act, self.output_dense, training)
         else:
@@ -257,11 +283,16 @@ class TransformerEncoderBlock(_BlockBase):
       output_range: compute the output for the first `output_range` positions only
         (all positions are still attended to), as Model Garden's `output_range`: a
         classifier's last block needs only [CLS]. None: every position.
+      use_causal_mask: each position attends to itself and the earlier ones only (a
+        decoder-only language model).
+      cache: for decoding, this block's `{"key", "value"}` of the earlier positions
+        (`ResidualMultiHeadAttention`); `x` is then the new positions only.
 
     Returns:
       `(output, scores)`: [batch, seq_len, hidden] (keeps `x`'s Keras mask) and the
       carried [batch, num_heads, seq_len, seq_len] scores for the next block; with
-      `output_range` r, [batch, r, hidden] and [batch, num_heads, r, seq_len].
+      `output_range` r, [batch, r, hidden] and [batch, num_heads, r, seq_len]; with
+      `cache`, `(output, scores, new_cache)`, the scores over the cached and new keys.
 
     Example:
     >>> import numpy as np
@@ -282,13 +313,14 @@ class TransformerEncoderBlock(_BlockBase):
         self.attention_dropout_layer = self._dropout("attention_output_dropout")
         self.attention_layer_norm = self._layer_norm("attention_layer_norm")
         self.attention_layer_norm.build(input_shape)
-        if self.normformer:
+        if self.post_attention_norm:
             self.attention_post_layer_norm = self._layer_norm("attention_post_layer_norm")
             self.attention_post_layer_norm.build(input_shape)
         self._build_feed_forward(input_shape)
         super().build(input_shape)
 
-    def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None, output_range=None):
+    def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None, output_range=None,
+             use_causal_mask=False, cache=None):
         mask = keras_mask_of(x) if mask is None else mask
         prev_scores = self._prev(prev_scores)
         query_mask, query_attention_mask = mask, attention_mask
@@ -298,14 +330,17 @@ class TransformerEncoderBlock(_BlockBase):
             if attention_mask is not None and len(attention_mask.shape) > 2:  # [.., query, key]
                 query_attention_mask = attention_mask[..., first, :]
             prev_scores = None if prev_scores is None else prev_scores[:, :, first]
+        new_cache = []
 
         def call_attention(h, affine):
             query = h if output_range is None else h[:, :output_range]
-            return self.attention(
+            out = self.attention(
                 query, h, query_mask=query_mask, value_mask=mask, attention_mask=query_attention_mask,
-                prev_scores=prev_scores, training=training,
-                query_affine=affine, value_affine=affine,
+                prev_scores=prev_scores, training=training, use_causal_mask=use_causal_mask,
+                query_affine=affine, value_affine=affine, cache=cache,
             )
+            new_cache.extend(out[2:])
+            return out[:2]
 
         x, scores = self._attention_sublayer(
             x,
@@ -319,7 +354,7 @@ class TransformerEncoderBlock(_BlockBase):
         output = self._feed_forward_sublayer(x, training)
         if output_range is not None and mask is not None:  # the output's own positions
             set_keras_mask(output, query_mask)
-        return output, scores
+        return (output, scores) if cache is None else (output, scores, new_cache[0])
 
     def compute_mask(self, x, previous_mask=None):
         """The output keeps the input's Keras mask; the scores carry none."""
@@ -334,106 +369,3 @@ class TransformerEncoderBlock(_BlockBase):
         if output_range is None:
             return output, scores
         return first_rows_spec(output, 1, output_range), first_rows_spec(scores, 2, output_range)
-
-
-@keras.saving.register_keras_serializable(package="realformer_tf")
-class TransformerDecoderBlock(_BlockBase):
-    """Causal self-attention + cross-attention + feed-forward.
-
-    Self- and cross-attention carry separate score paths (RealFormer on ADMIN).
-
-    Args:
-      num_heads, intermediate_size, layer_index and the `BLOCK_OPTIONS` (hidden_act,
-        hidden_dropout, attention_dropout, layer_norm_type, residual_attention,
-        use_running_mean, head_scale_position, use_residual_scale, initializer_range,
-        layer_norm_epsilon) and weight options: as in `TransformerEncoderBlock`.
-
-    Call args:
-      x: [batch, target_len, hidden] decoder input.
-      memory: [batch, memory_len, memory_hidden] encoder output.
-      self_attention_mask: [batch, target_len] or [batch, target_len, target_len]
-        (1 = attend), combined with the causal mask.
-      memory_mask: [batch, memory_len] or [batch, target_len, memory_len]; Keras fills
-        it from `memory`'s Keras mask when not given.
-      prev_self_scores, prev_cross_scores: the previous block's carried scores of each
-        path, or None.
-      training: dropout on or off.
-
-    Returns:
-      `(output, self_scores, cross_scores)`: [batch, target_len, hidden],
-      [batch, num_heads, target_len, target_len], [batch, num_heads, target_len,
-      memory_len].
-
-    Example:
-    >>> import numpy as np
-    >>> x = np.random.rand(2, 4, 8).astype("float32")
-    >>> memory = np.random.rand(2, 6, 8).astype("float32")
-    >>> block = TransformerDecoderBlock(num_heads=2, intermediate_size=16)
-    >>> y, self_scores, cross_scores = block(x, memory)
-    >>> tuple(self_scores.shape), tuple(cross_scores.shape)
-    ((2, 2, 4, 4), (2, 2, 4, 6))
-    """
-
-    def build(self, x_shape, memory_shape=None):
-        input_shape = x_shape
-        memory_shape = input_shape if memory_shape is None else memory_shape
-        hidden_size = input_shape[-1]
-        self._check_hidden_size(hidden_size)
-        self.self_attention = self._attention(hidden_size, "self_attention")
-        self.self_attention.build(input_shape, input_shape)
-        self.self_attention_dropout = self._dropout("self_attention_output_dropout")
-        self.self_attention_layer_norm = self._layer_norm("self_attention_layer_norm")
-        self.self_attention_layer_norm.build(input_shape)
-        self.cross_attention = self._attention(hidden_size, "cross_attention")
-        self.cross_attention.build(input_shape, memory_shape)
-        self.cross_attention_dropout = self._dropout("cross_attention_output_dropout")
-        self.cross_attention_layer_norm = self._layer_norm("cross_attention_layer_norm")
-        self.cross_attention_layer_norm.build(input_shape)
-        if self.normformer:
-            self.self_attention_post_layer_norm = self._layer_norm("self_attention_post_layer_norm")
-            self.self_attention_post_layer_norm.build(input_shape)
-            self.cross_attention_post_layer_norm = self._layer_norm("cross_attention_post_layer_norm")
-            self.cross_attention_post_layer_norm.build(input_shape)
-        self._build_feed_forward(input_shape)
-        super().build(input_shape)
-
-    def call(
-        self,
-        x,
-        memory,
-        self_attention_mask=None,
-        memory_mask=None,
-        prev_self_scores=None,
-        prev_cross_scores=None,
-        training=None,
-    ):
-        x_mask = keras_mask_of(x)
-        x, self_scores = self._attention_sublayer(
-            x,
-            self.self_attention_layer_norm,
-            getattr(self, "self_attention_post_layer_norm", None),
-            lambda t: self.self_attention_dropout(t, training=training),
-            lambda h, affine: self.self_attention(
-                h, h, query_mask=x_mask, value_mask=x_mask, attention_mask=self_attention_mask,
-                prev_scores=self._prev(prev_self_scores), use_causal_mask=True,
-                training=training, query_affine=affine, value_affine=affine,
-            ),
-            training,
-        )
-        x, cross_scores = self._attention_sublayer(
-            x,
-            self.cross_attention_layer_norm,
-            getattr(self, "cross_attention_post_layer_norm", None),
-            lambda t: self.cross_attention_dropout(t, training=training),
-            lambda h, affine: self.cross_attention(
-                h, memory, query_mask=x_mask, attention_mask=memory_mask,
-                prev_scores=self._prev(prev_cross_scores), training=training,
-                query_affine=affine,
-            ),
-            training,
-        )
-        return self._feed_forward_sublayer(x, training), self_scores, cross_scores
-
-    def compute_mask(self, x, previous_mask=None):
-        """The output keeps `x`'s Keras mask; the scores carry none."""
-        return previous_mask, None, None

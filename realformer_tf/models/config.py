@@ -128,6 +128,11 @@ class JsonConfig:
     file_description = "config file"
     required_fields = ()  # keys a file must have (the dataclass fields without default)
     ignored_fields = ()  # keys accepted and dropped (released configs' unused extras)
+    # Whether a file without residual_attention leaves it unstated (None): BERT and ETC
+    # releases ship the same file for vanilla and RealFormer weights. A family whose
+    # files always say (a causal LM) takes the dataclass default instead.
+    residual_attention_may_be_unstated = True
+
     @classmethod
     def from_dict(cls, values, source="config"):
         """The config of a JSON object `values`; every problem a ConfigError naming
@@ -142,7 +147,8 @@ class JsonConfig:
         # Google BERT and RealFormer releases ship the same eleven-field file, so a file
         # that omits residual_attention says nothing about it: None, unstated
         # (`variant_evidence` decides from the weights when weights are loaded).
-        values = {"residual_attention": None, **values}
+        if cls.residual_attention_may_be_unstated:
+            values = {"residual_attention": None, **values}
         try:
             return cls(**values)
         except ConfigError as e:
@@ -194,6 +200,7 @@ class EncoderConfig(JsonConfig):
     """
 
     required_fields = ("vocab_size",)
+    option_fields = {}  # block options a subclass sets from fields of its own: {option: field}
     positive_fields = ()
     non_negative_fields = ()
     bool_fields = ()
@@ -209,7 +216,7 @@ class EncoderConfig(JsonConfig):
     attention_probs_dropout_prob: float = 0.1
     # RealFormer. None: unstated (a file without the field); a model built from such a
     # config computes with the default, on (`uses_residual_attention`), and loading
-    # weights into it asks them first (`realformer_tf.checkpoints.variant_evidence`).
+    # weights into it asks them first (`realformer_tf.families.variant_evidence`).
     residual_attention: Optional[bool] = _keyword(True)
     use_running_mean: bool = _keyword(False)
     # Normalization: "post" (BERT), "pre", "normformer" (Pre-LN + NormFormer's three ops)
@@ -277,9 +284,7 @@ class EncoderConfig(JsonConfig):
                 f"hidden_size ({self.hidden_size}) is not a multiple of num_attention_heads "
                 f"({self.num_attention_heads})")
         check_choice("hidden_act", self.hidden_act, ACTIVATION_NAMES, ConfigError)
-        options = {option: getattr(self, field) for option, field in BLOCK_OPTION_FIELDS.items()}
-        options["residual_attention"] = self.uses_residual_attention
-        check_norm_options(options, ConfigError, names=BLOCK_OPTION_FIELDS)
+        check_norm_options(self.block_options(), ConfigError, names=dict(BLOCK_OPTION_FIELDS, **self.option_fields))
         self._validate_own()
 
     def _validate_own(self):

@@ -43,13 +43,11 @@ import tensorflow as tf
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import require_tensorflow_backend
-from realformer_tf.checkpoints import variant_evidence
-from realformer_tf.errors import UsageError
-from realformer_tf.families import get_family
+from realformer_tf.families import get_family, variant_evidence
 from realformer_tf.serving import signatures
 from realformer_tf.serving.signatures import ServingFunctions
 from realformer_tf.serving.text_encoder import BertTextEncoder, read_vocab
-from realformer_tf.errors import ExportError  # noqa: F401  (raised here, public here)
+from realformer_tf.errors import ExportError
 
 TASKS = ("classifier", "squad", "encoder")
 EXPORT_INFO_FILE = "realformer_export.json"  # under <version>/assets.extra/
@@ -68,7 +66,7 @@ def infer_task(init_checkpoint, family=None):
     family = family or get_family("bert")
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     for task in ("classifier", "squad"):
-        if family.checkpoint_format.checkpoint_heads(prefix, task):
+        if family.checkpoint_heads(prefix, task):
             return task
     return "encoder"
 
@@ -79,7 +77,7 @@ def checkpoint_num_labels(init_checkpoint, family=None):
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     raw = ckpt.list_checkpoint(prefix)
     names = ckpt.original_names(raw) or {}
-    weights = family.checkpoint_format.classifier_weights_name
+    weights = family.classifier_weights_name
     return int(raw[names[weights]][0]) if weights in names else None
 
 
@@ -109,9 +107,9 @@ def _resolve_labels(task, num_labels, label_names, is_regression):
 def _check_lengths(family, config, task, max_seq_length, max_query_length):
     if max_seq_length < 3:
         raise ExportError(f"max_seq_length={max_seq_length} leaves no room for [CLS] text [SEP]")
-    limit = family.checkpoint_format.max_length(config)
+    limit = family.max_length(config)
     if limit and max_seq_length > limit:
-        raise ExportError(f"max_seq_length={max_seq_length} exceeds {family.checkpoint_format.max_length_field}={limit} of the config")
+        raise ExportError(f"max_seq_length={max_seq_length} exceeds {family.max_length_field}={limit} of the config")
     if task == "squad" and not 0 < max_query_length < max_seq_length - 3:
         raise ExportError(f"max_query_length={max_query_length} must be in [1, max_seq_length - 3), "
                           "as in run_squad.py")
@@ -220,7 +218,7 @@ def _save(serving, path, info):
 def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_case, bert_config=None,
                            family=None, config=None, task=None, num_labels=None, label_names=None,
                            is_regression=False, max_seq_length=128, version=None, max_query_length=64,
-                           pad_to_max_seq_length=False, input_options=None):
+                           pad_to_max_seq_length=False, input_options=None, log=None):
     """Builds the task's model, loads a checkpoint of its family (original-named or one
     of our training checkpoints) and exports it; returns the version path.
 
@@ -230,14 +228,16 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
         family: a `realformer_tf.families` family (default BERT).
         task: None takes it from the checkpoint's heads; a classifier's label count,
             when neither `label_names` nor `num_labels` is given, from its weights.
+        log: where the line about a variant decided from the weights goes (default
+            absl logging).
     """
     family = family or get_family("bert")
     if config is None:
         config = bert_config if isinstance(bert_config, family.config_class) else family.load_config(bert_config)
     prefix = ckpt.resolve_checkpoint(init_checkpoint)
     # A config file without residual_attention: the weights decide (one line) or an error.
-    config = variant_evidence.resolve(family.checkpoint_format, config, prefix, source=f"--bert_config_file={bert_config}" if isinstance(bert_config, str) else "the config",
-                                      log=lambda line: print(line, flush=True))
+    config = variant_evidence.resolve(family, config, prefix, source=f"--bert_config_file={bert_config}" if isinstance(bert_config, str) else "the config",
+                                      log=log)
     task = task or infer_task(prefix, family)
     if task not in TASKS:
         raise ExportError(f"task {task!r} is not one of {', '.join(TASKS)}")
@@ -247,15 +247,15 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     if task == "classifier" and not label_names and not num_labels and not is_regression:
         num_labels = checkpoint_num_labels(prefix, family)
         if num_labels is None:
-            raise ExportError(f"{prefix} has no classifier head ({family.checkpoint_format.classifier_weights_name}); export "
+            raise ExportError(f"{prefix} has no classifier head ({family.classifier_weights_name}); export "
                               "it as task encoder, or give the fine-tuned checkpoint")
     num_labels, label_names = _resolve_labels(task, num_labels, label_names, is_regression)
     _check_lengths(family, config, task, max_seq_length, max_query_length)  # fail before building
     read_vocab(vocab_file, config.vocab_size)
     # The family's one builder; float32: the serving graph runs in float32 whatever the
     # training policy was.
-    model = family.checkpoint_format.build_model(config, task, num_labels=num_labels, dtype="float32")
-    family.checkpoint_format.load_checkpoint(model, prefix)
+    model = family.build_model(config, task, num_labels=num_labels, dtype="float32")
+    family.load_checkpoint(model, prefix)
     return export_model(
         model, export_dir, task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,
         max_seq_length=max_seq_length, label_names=label_names, is_regression=is_regression,

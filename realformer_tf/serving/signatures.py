@@ -96,7 +96,7 @@ class ServingFunctions:
         return root
 
     def _call_model(self, features):
-        return self.model(self.family.checkpoint_format.adapt_features(features, self.model.config, self.input_options),
+        return self.model(self.family.adapt_features(features, self.model.config, self.input_options),
                           training=False)
 
     def _model_outputs(self, features):
@@ -113,7 +113,7 @@ class ServingFunctions:
                 padded = {k: tf.pad(v, [[0, 0], [0, bucket - length]]) for k, v in features.items()}
                 for v in padded.values():
                     v.set_shape([None, bucket])
-                inputs = self.family.checkpoint_format.adapt_features(padded, self.model.config, self.input_options)
+                inputs = self.family.adapt_features(padded, self.model.config, self.input_options)
                 outputs = dict(self.model(inputs, training=False))
                 for key in ("start_logits", "end_logits"):
                     if key in outputs:

@@ -33,7 +33,7 @@ import uuid
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from realformer_tf.data.records import InputError
+from realformer_tf.errors import InputError
 
 # The original tokenizer's rules (Model Garden official/nlp/tools/tokenization.py).
 # _clean_text: drop NUL, U+FFFD and Cc/Cf except tab/newline/return; whitespace -> " ".

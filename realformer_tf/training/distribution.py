@@ -1,4 +1,6 @@
-"""tf.distribute strategy and mixed-precision set-up from the scripts' flags."""
+"""tf.distribute strategy and mixed-precision set-up from the scripts' flags, the XLA
+policy (which parts of a step compile where), and the workers' roles (which one writes
+outputs)."""
 
 import contextlib
 import json
@@ -9,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from realformer_tf.errors import require_tensorflow_backend
+from realformer_tf.errors import UsageError, require_tensorflow_backend
 from realformer_tf.training import tpu as tpu_lib
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
@@ -20,8 +22,8 @@ def resolve_strategy_name(distribution_strategy, tpu):
     """`auto` picks tpu when a TPU is named, multi-worker when TF_CONFIG lists several
     workers, mirrored with several GPUs, else the default strategy."""
     if distribution_strategy not in STRATEGIES:
-        raise ValueError(
-            f"--distribution_strategy={distribution_strategy!r}; use one of {', '.join(STRATEGIES)}"
+        raise UsageError(
+            f"distribution_strategy={distribution_strategy!r} is not one of {', '.join(STRATEGIES)}"
         )
     if distribution_strategy != "auto":
         return distribution_strategy
@@ -111,19 +113,81 @@ def set_mixed_precision(mixed_precision):
     """Sets the global Keras dtype policy; returns whether float16 loss scaling is needed.
     Jobs call it through `run_settings`, which restores the previous policy."""
     if mixed_precision not in MIXED_PRECISION:
-        raise ValueError(
-            f"--mixed_precision={mixed_precision!r}; use one of {', '.join(MIXED_PRECISION)}"
+        raise UsageError(
+            f"mixed_precision={mixed_precision!r} is not one of {', '.join(MIXED_PRECISION)}"
         )
     policy = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}.get(mixed_precision, "float32")
     keras.mixed_precision.set_global_policy(policy)
     return mixed_precision == "float16"
 
 
-def per_replica_batch_size(global_batch_size, strategy, flag_name):
+def per_replica_batch_size(global_batch_size, strategy, name):
+    """`global_batch_size` over the strategy's replicas; `name`: what the caller calls
+    the batch size (a program names its flag)."""
     replicas = strategy.num_replicas_in_sync
     if global_batch_size % replicas:
-        raise ValueError(
-            f"--{flag_name}={global_batch_size} is not divisible by the {replicas} replicas "
+        raise UsageError(
+            f"{name}={global_batch_size} is not divisible by the {replicas} replicas "
             f"of the distribution strategy; use a multiple of {replicas}"
         )
     return global_batch_size // replicas
+
+
+# -- the XLA policy: which parts of a training step compile with XLA where ------------
+JIT_COMPILE_CHOICES = ("auto", "true", "false")
+
+
+def resolve_jit_compile(jit_compile, strategy=None):
+    """Which parts of a step compile with XLA: returns `(steps, update)`, whether the
+    per-replica forward+backward and eval steps do, and whether the optimizer update
+    (unscale, clip, apply) does.
+
+    `jit_compile` is a bool or one of `JIT_COMPILE_CHOICES`. `"true"`: both; the update
+    only where one replica runs (a multi-replica update goes through the strategy's
+    cross-replica merge, which XLA cannot hold). `"false"`: neither. `"auto"`: TPUs
+    compile everything (TPUStrategy does anyway) and so do GPUs (XLA fuses the
+    elementwise ops around the matmuls); CPUs compile nothing: XLA's CPU matmuls are
+    slower than TensorFlow's oneDNN kernels, and an XLA update cannot use the fused
+    AdamW kernel (benchmarks/benchmark_jit.py, the BERT pretraining Trainer step on a
+    2-core CPU: everything compiled 1.2-2.1x the time of no XLA, the update alone
+    0.96-1.07x; README, "Performance").
+    """
+    one_replica = strategy is None or strategy.num_replicas_in_sync == 1
+    if not isinstance(jit_compile, str):
+        return bool(jit_compile), bool(jit_compile) and one_replica
+    value = jit_compile.strip().lower()
+    if value not in JIT_COMPILE_CHOICES:
+        raise UsageError(f"jit_compile={jit_compile!r} is not one of {', '.join(JIT_COMPILE_CHOICES)}")
+    if value == "auto":
+        accelerator = isinstance(strategy, tf.distribute.TPUStrategy) or bool(
+            tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+        return accelerator, accelerator and one_replica
+    return value == "true", value == "true" and one_replica
+
+
+# -- multi-worker roles: which worker writes outputs (the chief), where the others do -
+def is_chief(strategy):
+    """The worker that writes outputs: the only one, the `chief`, or worker 0 of a
+    cluster without a chief."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type == "chief":
+        return True
+    return task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+
+
+def worker_scratch_dir(output_dir, strategy):
+    """Where a non-chief worker writes what the chief writes to output_dir."""
+    resolver = strategy.cluster_resolver
+    return os.path.join(output_dir, f"tmp_{resolver.task_type}_{resolver.task_id}")
+
+
+def worker_checkpoint_dir(model_dir, strategy):
+    """A non-chief worker's scratch checkpoint folder, emptied at start so that orbit's
+    Controller never restores a stale one."""
+    path = os.path.join(worker_scratch_dir(model_dir, strategy), "checkpoints")
+    if tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
+    return path

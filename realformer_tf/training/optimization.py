@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from realformer_tf import kernels
+from realformer_tf.errors import UsageError
 
 OPTIMIZERS = ("adamw", "lamb")
 
@@ -177,7 +178,7 @@ def create_optimizer(
             beta_1=0.9, beta_2=0.999, epsilon=1e-6,
         )
     else:
-        raise ValueError(f"--optimizer={name!r}; use one of {', '.join(OPTIMIZERS)}")
+        raise UsageError(f"optimizer={name!r} is not one of {', '.join(OPTIMIZERS)}")
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     if float16_loss_scaling:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

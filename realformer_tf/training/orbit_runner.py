@@ -2,22 +2,45 @@
 calls the runner's train/eval steps inside one compiled `tf.while_loop` per
 `steps_per_loop`), and which of orbit's messages reach stdout."""
 
+import contextlib
+import io
+import sys
+
 import orbit
-from absl import logging
 
 
+class _OrbitStdout(io.TextIOBase):
+    """stdout less orbit's loop messages. orbit logs each message (absl's log keeps them
+    all) and also prints it: every loop's output dict over several lines, which the
+    progress line (`monitoring.ProgressAction`) says in one. Of orbit's messages those
+    about checkpoints ("saved checkpoint ...", "restored ...") pass; everything that is
+    not orbit's passes unchanged."""
 
-def _orbit_log(message):
-    """orbit prints every loop's output dict (several lines) besides logging it; the
-    progress line (`monitoring.ProgressAction`) says the same in one line, so of
-    orbit's messages only those about checkpoints reach stdout; all of them stay in
-    the absl log."""
-    logging.info(message)
-    if message.startswith(("saved checkpoint", "restored")):
-        print(message, flush=True)
+    DROPPED = ("train | step:", " eval | step:", "restoring ")
+
+    def __init__(self, stream):
+        super().__init__()
+        self._stream = stream
+        self._dropped_last = False
+
+    def write(self, text):
+        if self._dropped_last and text == "\n":  # print's line end after a dropped message
+            self._dropped_last = False
+            return len(text)
+        self._dropped_last = text.startswith(self.DROPPED)
+        if not self._dropped_last:
+            self._stream.write(text)
+        return len(text)
+
+    def flush(self):
+        self._stream.flush()
 
 
-orbit.controller._log = _orbit_log  # a module function orbit looks up on each call
+@contextlib.contextmanager
+def orbit_messages_filtered():
+    """Inside: what orbit prints to stdout, less its loop messages (`_OrbitStdout`)."""
+    with contextlib.redirect_stdout(_OrbitStdout(sys.stdout)):
+        yield
 
 
 class OrbitRunner(orbit.StandardTrainer, orbit.StandardEvaluator):

@@ -25,8 +25,7 @@ from urllib.parse import urlparse
 
 import tensorflow as tf
 
-from realformer_tf.errors import UserError
-from realformer_tf.errors import TpuSetupError  # noqa: F401  (raised here, public here)
+from realformer_tf.errors import TpuSetupError
 
 DEFAULT_TIMEOUT_S = 60
 # Flags whose files a TPU node's workers open themselves (the input pipeline runs on

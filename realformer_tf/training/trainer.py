@@ -20,12 +20,14 @@ batches and all replicas, the sum is clipped once, global_step and the learning 
 advance once).
 
 On a CPU without XLA the model's LayerNorms and dropouts and the AdamW update run as
-fused kernels, by their own `fused_kernels` option (realformer_tf/kernels), as in any
-Keras `model.fit`; the SavedModel export traces the model with them off.
+fused kernels in training steps, by their own `fused_kernels` option
+(realformer_tf/kernels), as in any Keras `model.fit`; eval and predict steps, like every
+inference call, run TensorFlow's ops.
 
-Its parts, one module each in training/: task (the protocol), jit (the XLA policy),
-gradients (clipping, accumulation), workers (the chief), state (what a checkpoint
-tracks), metrics, orbit_runner, monitoring (NaN stop, progress) and results (files).
+Its parts in training/: task (the protocol and the metric sums), distribution (the
+strategy, the XLA policy, the chief), gradients (clipping, accumulation), orbit_runner,
+monitoring (NaN stop, progress); what a checkpoint tracks of a model is at the end of
+this module. The results files are the jobs' (`jobs/outputs.py`).
 """
 
 import numpy as np
@@ -33,13 +35,12 @@ import orbit
 import tensorflow as tf
 from absl import logging
 
+from realformer_tf.families import family_of
+from realformer_tf.training.distribution import is_chief, resolve_jit_compile, worker_checkpoint_dir
 from realformer_tf.training.gradients import add_gradients, clip_and_apply
-from realformer_tf.training.jit import resolve_jit_compile
-from realformer_tf.training.metrics import MetricAccumulator
 from realformer_tf.training.monitoring import NonFiniteCheck, ProgressAction
-from realformer_tf.training.orbit_runner import OrbitRunner
-from realformer_tf.training.state import checkpointable_weights, random_states
-from realformer_tf.training.workers import is_chief, worker_checkpoint_dir
+from realformer_tf.training.orbit_runner import OrbitRunner, orbit_messages_filtered
+from realformer_tf.training.task import MetricAccumulator
 
 
 class Trainer:
@@ -267,7 +268,8 @@ class Trainer:
             summary_interval=self.steps_per_loop if summary_dir and self.is_chief else None,
             train_actions=[NonFiniteCheck(self), progress],
         )
-        controller.train(steps=num_train_steps)
+        with orbit_messages_filtered():
+            controller.train(steps=num_train_steps)
         return runner.train_metrics.means(self.task.loss_terms) if runner.train_metrics else {}
 
     def evaluate(self, eval_dataset_fn, num_steps, summary_dir=None):
@@ -278,7 +280,8 @@ class Trainer:
             strategy=self.strategy, evaluator=runner, global_step=self.global_step,
             eval_summary_dir=summary_dir if self.is_chief else None,
         )
-        results = controller.evaluate(steps=num_steps)
+        with orbit_messages_filtered():
+            results = controller.evaluate(steps=num_steps)
         results = {k: float(v) for k, v in results.items()}
         results["global_step"] = int(self.global_step.numpy())
         return results
@@ -300,3 +303,26 @@ class Trainer:
             for k in keys:
                 collected[k].extend(np.asarray(p) for p in self.strategy.experimental_local_results(out[k]))
         return {k: np.concatenate(v) if v else np.zeros([0]) for k, v in collected.items()}
+
+
+# -- what a training checkpoint tracks of a model besides the optimizer ---------------
+def checkpointable_weights(model):
+    """{original BERT name: variable} of every model weight, for tf.train.Checkpoint.
+
+    Keras 3 layers do not expose nested sublayers to TF's object-based checkpointing,
+    so the training checkpoints track the weights explicitly, keyed by their original
+    names: robust to code changes, and convertible without rebuilding the object graph.
+    """
+    weights = family_of(model).named_variables(model)
+    if len(weights) != len(model.weights):
+        raise RuntimeError(
+            f"{type(model).__name__} maps {len(weights)} of its {len(model.weights)} weights to names"
+        )
+    return weights
+
+
+def random_states(model):
+    """The model's random-number states (Keras seed generators: dropout), i.e. its
+    variables that are not weights."""
+    weights = {id(w) for w in model.weights}
+    return [v for v in model.variables if id(v) not in weights]

@@ -6,12 +6,15 @@ tokenizer's `vocab.txt` + `tokenizer_config.json`), both ways.
 - `names`: Hugging Face tensor names <-> original BERT names.
 - `reading`: a folder's tensors under the original names (`HfFolderWeights`), so every
   loader that takes an original-named checkpoint takes a folder too.
-- `writing`: `save_hf_folder`.
+- `writing`: `write_hf_folder` (from weights under their original names).
 - `tokenizer`: the tokenizer files.
 
-    hf.save_hf_folder(model, "out/hf", vocab_file="vocab.txt")
+A model's folder is `checkpoints.bert.save_hf_folder(model, folder)` (this package
+knows names, not models):
+
+    bert_checkpoint.save_hf_folder(model, "out/hf", vocab_file="vocab.txt")
     config = hf.load_hf_config("out/hf")
-    bert_checkpoint.load_bert_checkpoint(model, "out/hf")   # (checkpoints.bert)
+    bert_checkpoint.load_bert_checkpoint(model, "out/hf")
 """
 
 from realformer_tf.checkpoints.hf.config import (  # noqa: F401
@@ -22,5 +25,4 @@ from realformer_tf.checkpoints.hf.names import to_hf_name, to_original_name  # n
 from realformer_tf.checkpoints.hf.reading import FLOAT_DTYPES, HfFolderWeights, is_hf_folder  # noqa: F401
 from realformer_tf.checkpoints.hf.tokenizer import (  # noqa: F401
     TOKENIZER_CONFIG_NAME, VOCAB_NAME, folder_tokenizer, write_tokenizer_files)
-from realformer_tf.checkpoints.hf.writing import (  # noqa: F401
-    HF_ARCHITECTURES, hf_architecture, hf_tensors, save_hf_folder)
+from realformer_tf.checkpoints.hf.writing import HF_ARCHITECTURES, hf_tensors, write_hf_folder  # noqa: F401

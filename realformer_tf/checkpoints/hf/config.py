@@ -156,6 +156,8 @@ def load_bert_config(path):
     if not gfile().exists(path):
         raise ConfigError(f"{BertConfig.file_description} {path} does not exist")
     values = read_json_file(path)
+    if isinstance(values, dict) and values.get("model_type") == "causal_lm":
+        raise ConfigError(f"{path} is a causal LM config (model_type causal_lm); give it with --model_type=causal_lm")
     if isinstance(values, dict) and "model_type" in values:
         config = config_from_hf_dict(values, source=str(path))
         logging.info("%s: Hugging Face config read as %s", path, config.describe())

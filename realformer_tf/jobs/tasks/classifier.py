@@ -12,14 +12,13 @@ from scipy import stats
 from sklearn import metrics as skm
 
 from realformer_tf.serving import export
-from realformer_tf.jobs import runner
-from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.jobs import outputs, runner
+from realformer_tf.families import variant_evidence
 from realformer_tf.data import glue, records
 from realformer_tf.data.vocab import check_vocab
 from realformer_tf.errors import UsageError, require
 from realformer_tf.families import get_family
 from realformer_tf.fileio import atomic_output, commit, temporary_name
-from realformer_tf.training.results import report_results
 from realformer_tf.training.task import Task
 
 
@@ -38,7 +37,7 @@ class ClassifierTask(Task):
         self.init_checkpoint = init_checkpoint
 
     def build_model(self):
-        return self.family.checkpoint_format.build_model(self.config, "classifier", num_labels=self.num_labels)
+        return self.family.build_model(self.config, "classifier", num_labels=self.num_labels)
 
     def initialize(self, model):
         if not self.init_checkpoint:
@@ -193,7 +192,7 @@ class ClassifierJob(runner.Job):
             out = self._predict(trainer, family, config, options, "dev", options.eval_batch_size)
             results = evaluation_metrics(self.task, out["logits"], out["label_ids"])
             results["global_step"] = int(trainer.global_step.numpy())
-            report_results(out_dir, results, f"Eval results ({self.data['dev'][1]} examples)")
+            outputs.report_results(out_dir, results, self.log, f"Eval results ({self.data['dev'][1]} examples)")
         if options.do_predict:
             out = self._predict(trainer, family, config, options, "test", options.predict_batch_size)
             path = os.path.join(out_dir, "test_results.tsv")
@@ -215,7 +214,7 @@ class ClassifierJob(runner.Job):
             options.export_dir, family=family, config=config, init_checkpoint=family.trained_checkpoint(out_dir),
             task="classifier", vocab_file=options.vocab_file, do_lower_case=options.do_lower_case,
             max_seq_length=options.max_seq_length, label_names=None if task.is_regression else list(task.labels),
-            is_regression=task.is_regression, input_options=options)
+            is_regression=task.is_regression, input_options=options, log=self.log)
 
 
 def run_classifier(options, log=runner.say):

@@ -20,14 +20,13 @@ from typing import Optional
 import tensorflow as tf
 
 from realformer_tf.serving import export
-from realformer_tf.jobs import runner
-from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.jobs import outputs, runner
+from realformer_tf.families import variant_evidence
 from realformer_tf.data import records
 from realformer_tf.data import squad as data
 from realformer_tf.errors import require
 from realformer_tf.families import get_family
 from realformer_tf.jobs.tasks.classifier import check_case
-from realformer_tf.training.results import report_results
 from realformer_tf.training.task import Task
 
 
@@ -49,7 +48,7 @@ class SquadTask(Task):
         self.head_initialized = False  # the span head came from init_checkpoint
 
     def build_model(self):
-        return self.family.checkpoint_format.build_model(self.config, "squad")
+        return self.family.build_model(self.config, "squad")
 
     def initialize(self, model):
         if not self.init_checkpoint:
@@ -222,14 +221,14 @@ class SquadJob(runner.Job):
             return
         results = data.evaluate(predict_file.data, predictions, v2, null_odds if v2 else None)
         results["global_step"] = int(trainer.global_step.numpy())
-        report_results(out_dir, results)
+        outputs.report_results(out_dir, results, self.log)
 
     def export(self, options, family, config, out_dir):
         return export.export_from_checkpoint(
             options.export_dir, family=family, config=config, init_checkpoint=family.trained_checkpoint(out_dir),
             task="squad", vocab_file=options.vocab_file, do_lower_case=options.do_lower_case,
             max_seq_length=options.max_seq_length, max_query_length=options.max_query_length,
-            input_options=options)
+            input_options=options, log=self.log)
 
 
 def run_squad(options, log=runner.say):

@@ -167,7 +167,7 @@ class GlobalLocalBlock(_BlockBase):
             dropout=self.attention_dropout,
             use_running_mean=self.residual_attention and self.use_running_mean,
             layer_index=self.layer_index,
-            use_head_scale=self.normformer,
+            use_head_scale=self.scales_heads,
             head_scale_position=self.head_scale_position,
             relative_initializer_range=o["relative_initializer_range"],
             dtype=self.dtype_policy,
@@ -194,7 +194,7 @@ class GlobalLocalBlock(_BlockBase):
             norm = self._layer_norm(f"{side}_attention_layer_norm")
             norm.build(shape)
             setattr(self, f"{side}_attention_layer_norm", norm)
-            if self.normformer:
+            if self.post_attention_norm:
                 post = self._layer_norm(f"{side}_attention_post_layer_norm")
                 post.build(shape)
                 setattr(self, f"{side}_attention_post_layer_norm", post)
@@ -225,7 +225,7 @@ class GlobalLocalBlock(_BlockBase):
         )
         results = []
         for side, x, out in (("long", long_input, out_long), ("global", global_input, out_global)):
-            if self.normformer:
+            if self.post_attention_norm:
                 out = getattr(self, f"{side}_attention_post_layer_norm")(out)
             x = x + self.attention_dropout_layer(out, training=training)
             if post:

@@ -16,7 +16,7 @@ class BertConfig(EncoderConfig):
     and RealFormer releases both ship just those eleven: a file without
     `residual_attention` leaves it unstated (None; a model built from it computes with
     the default, on), and loading weights then decides it from them
-    (`realformer_tf.checkpoints.variant_evidence`) or asks to state it. A run decides it
+    (`realformer_tf.families.variant_evidence`) or asks to state it. A run decides it
     once, at its start (from scratch: the default, RealFormer), and every config file it
     writes states it.
     """

@@ -10,11 +10,9 @@ written beside the models, in `realformer_tf.checkpoints.bert` and `.hf`:
 """
 
 import keras
-import numpy as np
 from keras import ops
 
 from realformer_tf.models.bert import original_api as bert_compat
-from realformer_tf.errors import CheckpointError, ConfigError  # noqa: F401  (public)
 from realformer_tf.models.bert.config import BertConfig
 from realformer_tf.layers.dropout import Dropout
 from realformer_tf.layers.embeddings import BertEmbeddings

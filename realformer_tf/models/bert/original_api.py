@@ -15,7 +15,7 @@ import keras
 from keras import ops
 
 from realformer_tf.layers.activations import gelu as _package_gelu
-from realformer_tf.errors import OriginalApiError  # noqa: F401  (raised here, public here)
+from realformer_tf.errors import OriginalApiError
 from realformer_tf.models.config import DEFAULT_LAYER_NORM_EPS
 
 _TF = keras.backend.backend() == "tensorflow"

@@ -1,0 +1,85 @@
+"""A causal language model's weights under our names, and checkpoint I/O under them.
+
+The names are the weights' Keras paths without the model's own name:
+`token_embeddings/embeddings` [vocab, hidden], `position_embeddings/embeddings`
+[positions, hidden], `decoder/layer_N/attention/{query,key,value,output}/{kernel,bias}`,
+`decoder/layer_N/{attention_layer_norm,output_layer_norm}/{gamma,beta}`,
+`decoder/layer_N/{intermediate,output}/{kernel,bias}`, the NormFormer weights where the
+config has them (`decoder/layer_N/attention/head_scale`,
+`decoder/layer_N/attention_post_layer_norm/...`, `decoder/layer_N/intermediate_layer_norm/...`,
+`decoder/layer_N/residual_scale`) and `decoder/final_layer_norm/{gamma,beta}` in Pre-LN.
+The output projection is the token embedding table (tied), so there is no head of its
+own.
+
+    causal_lm_checkpoint.save_lm_checkpoint(model, "out/lm_model.ckpt")
+    causal_lm_checkpoint.load_lm_checkpoint(model, "out/lm_model.ckpt")
+"""
+
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+
+ENCODER_PREFIX = "decoder/"
+HEAD_PREFIXES = {"pretraining": ()}  # the tied output projection has no weights of its own
+# The weight every causal LM has (and no BERT or ETC model has under this name).
+_MARKER = "token_embeddings/embeddings"
+
+
+def lm_variables(model, include_heads=True):
+    """{name: variable} of every weight of a causal LM (built from its config first if
+    needed). `include_heads` is accepted for the families' common signature: all the
+    weights are the model's own.
+
+    Raises:
+        TypeError for a model that is no causal LM.
+    """
+    model_kind(model)
+    return {v.path.split("/", 1)[1]: v for v in model.weights}
+
+
+def model_kind(model):
+    """"pretraining" (the one kind of causal LM), told by the weights' names.
+
+    Raises:
+        TypeError for a model that is no causal LM.
+    """
+    if hasattr(model, "_ensure_built"):
+        model._ensure_built()
+    paths = [v.path.split("/", 1)[-1] for v in model.weights]
+    if _MARKER not in paths:
+        raise TypeError(f"{type(model).__name__} is not a CausalLMModel (realformer_tf.models.causal_lm)")
+    return "pretraining"
+
+
+def check_checkpoint_fits(config, prefix):
+    """Raises CheckpointError when the checkpoint at `prefix` is not of `config`'s
+    size, before any model is built."""
+    h = config.hidden_size
+    expected = {
+        _MARKER: [config.vocab_size, h],
+        "position_embeddings/embeddings": [config.max_position_embeddings, h],
+        "decoder/layer_0/intermediate/kernel": [h, config.intermediate_size],
+    }
+    weights = (config.vocab_size + config.max_position_embeddings) * h + config.num_hidden_layers * (
+        4 * h * h + 2 * h * config.intermediate_size)
+    ckpt.check_config_fits(prefix, expected, r"^decoder/layer_(\d+)/", config.num_hidden_layers,
+                           f"the config ({config.describe()})", weights)
+
+
+def load_lm_checkpoint(model, path, skip_heads=False, decide_variant=None, allow_nonfinite=False):
+    """Loads a checkpoint of ours (`save_lm_checkpoint`, or a training checkpoint) into
+    a causal LM. A causal LM config always states its variant, so `decide_variant` is
+    never needed; it is taken for the families' common signature. Weights holding NaN
+    or Inf are refused unless `allow_nonfinite`. Returns the prefix read.
+
+    Raises:
+        CheckpointError naming any missing, unexpected or mis-shaped weight.
+    """
+    if not model.built:  # sizes first, before a model the checkpoint does not fit is built
+        check_checkpoint_fits(model.config, ckpt.resolve_checkpoint(path))
+    return ckpt.load_named_variables(
+        path, lm_variables(model), (ENCODER_PREFIX, "token_embeddings/", "position_embeddings/"),
+        description=f"{type(model).__name__} ({model.config.describe()})", allow_nonfinite=allow_nonfinite)
+
+
+def save_lm_checkpoint(model, prefix):
+    """Writes every weight of a causal LM under its name; returns the prefix written."""
+    return ckpt.save_named_variables(prefix, lm_variables(model))

@@ -1,1 +1,0 @@
-"""Research tools: attention analysis, the seeded study and its report."""
