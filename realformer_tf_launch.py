@@ -70,3 +70,7 @@ def tpu_smoke_check():
 
 def make_vocab():
     run("make_vocab")
+
+
+def generate():
+    run("generate")

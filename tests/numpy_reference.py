@@ -127,22 +127,23 @@ def feed_forward(x, p, layer_norm_type, hidden_act="gelu"):
         return layer_norm(x + dense(inner, p["w2"], p["b2"]), *p["ln_out"])
     h = layer_norm(x, *p["ln_out"])
     inner = act(dense(h, p["w1"], p["b1"]))
-    if layer_norm_type == "normformer":
+    if p.get("ln_inner") is not None:  # NormFormer's feed-forward LayerNorm, where the block has it
         inner = layer_norm(inner, *p["ln_inner"])
     residual = x * p["residual_scale"] if p.get("residual_scale") is not None else x
     return residual + dense(inner, p["w2"], p["b2"])
 
 
 def attention_sublayer(x, memory, p, ln, ln_post, layer_norm_type, num_heads, **attn_kwargs):
-    normformer = layer_norm_type == "normformer"
-    head_scale = p.get("head_scale") if normformer else None
+    """NormFormer's head scale and post-attention LayerNorm apply where the block has
+    their weights (`p["head_scale"]`, `ln_post`): each is a switch of its own."""
+    head_scale = p.get("head_scale")
     if layer_norm_type == "post":
         out, scores = attention(x, memory, p, num_heads, head_scale=None, **attn_kwargs)
         return layer_norm(x + out, *ln), scores
     h = layer_norm(x, *ln)
     mem = h if memory is None else memory
     out, scores = attention(h, mem, p, num_heads, head_scale=head_scale, **attn_kwargs)
-    if normformer:
+    if ln_post is not None:
         out = layer_norm(out, *ln_post)
     return x + out, scores
 
@@ -159,6 +160,7 @@ def encoder_block(
     hidden_act="gelu",
     attention_mask=None,
     prev_scores=None,
+    causal=False,
 ):
     """Returns (output, scores)."""
     memory = x if layer_norm_type == "post" else None
@@ -175,6 +177,7 @@ def encoder_block(
         use_running_mean=residual_attention and use_running_mean,
         layer_index=layer_index,
         head_scale_position=head_scale_position,
+        causal=causal,
     )
     return feed_forward(x, p["ffn"], layer_norm_type, hidden_act), scores
 

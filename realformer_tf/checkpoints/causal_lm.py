@@ -9,13 +9,15 @@ config has them (`decoder/layer_N/attention/head_scale`,
 `decoder/layer_N/attention_post_layer_norm/...`, `decoder/layer_N/intermediate_layer_norm/...`,
 `decoder/layer_N/residual_scale`) and `decoder/final_layer_norm/{gamma,beta}` in Pre-LN.
 The output projection is the token embedding table (tied), so there is no head of its
-own.
+own. A Hugging Face GPT-2 folder loads wherever a checkpoint does (`checkpoints.hf.gpt2`
+presents its tensors under these names); `save_gpt2_folder` writes one.
 
     causal_lm_checkpoint.save_lm_checkpoint(model, "out/lm_model.ckpt")
     causal_lm_checkpoint.load_lm_checkpoint(model, "out/lm_model.ckpt")
 """
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints.hf import gpt2
 
 ENCODER_PREFIX = "decoder/"
 HEAD_PREFIXES = {"pretraining": ()}  # the tied output projection has no weights of its own
@@ -83,3 +85,10 @@ def load_lm_checkpoint(model, path, skip_heads=False, decide_variant=None, allow
 def save_lm_checkpoint(model, prefix):
     """Writes every weight of a causal LM under its name; returns the prefix written."""
     return ckpt.save_named_variables(prefix, lm_variables(model))
+
+
+def save_gpt2_folder(model, folder):
+    """Writes a causal LM that GPT-2 computes (Pre-LN, no residual attention or
+    NormFormer) as a Hugging Face `GPT2LMHeadModel` folder; returns `folder`."""
+    arrays = {name: variable.numpy() for name, variable in lm_variables(model).items()}
+    return gpt2.write_gpt2_folder(folder, arrays, model.config)

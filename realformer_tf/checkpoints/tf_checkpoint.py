@@ -31,6 +31,13 @@ def _hf():
     return reading
 
 
+def _folder_weights(path):
+    """A Hugging Face folder's tensors under our names: GPT-2's (a causal LM) or BERT's."""
+    from realformer_tf.checkpoints.hf import gpt2
+
+    return gpt2.Gpt2FolderWeights(path) if gpt2.is_gpt2_folder(path) else _hf().HfFolderWeights(path)
+
+
 def _tensorflow():
     """TensorFlow, which reads and writes name-based checkpoints (any Keras backend)."""
     try:
@@ -50,7 +57,7 @@ def resolve_checkpoint(path):
     if gfile().exists(path + ".index"):
         return path
     if _hf().is_hf_folder(path):
-        _hf().HfFolderWeights(path)  # fails now when the weights are missing or foreign
+        _folder_weights(path)  # fails now when the weights are missing or foreign
         return path
     if gfile().isdir(path):
         latest = _tensorflow().train.latest_checkpoint(path)
@@ -75,7 +82,7 @@ def list_checkpoint(prefix):
     """{name: shape} of every variable stored under `prefix` (a Hugging Face folder's
     tensors under their original BERT names, in our layout)."""
     if _hf().is_hf_folder(prefix):
-        return _hf().HfFolderWeights(prefix).shapes()
+        return _folder_weights(prefix).shapes()
     return dict(_reader(prefix).get_variable_to_shape_map())
 
 
@@ -140,7 +147,7 @@ def open_named_weights(path):
     folder: an object with `path`, `shapes()`, `get(name)` and `stored_name(name)`."""
     path = resolve_checkpoint(path)
     if _hf().is_hf_folder(path):
-        return _hf().HfFolderWeights(path)
+        return _folder_weights(path)
     return _TfCheckpoint(path)
 
 

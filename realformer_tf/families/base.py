@@ -29,7 +29,7 @@ class ModelFamily:
         classifier_weights_name: the classifier head's [num_labels, hidden] weights.
         max_length_field: the config field that bounds the input length.
         checkpoint_name: the final checkpoint a training run leaves in output_dir,
-            written under the family's original variable names.
+            written under the family's names (`names_description` says which).
         config_name: the config file written next to it.
         export_tasks: the tasks `realformer_tf.serving.export` can serve for this family.
         static_length: whether the model needs every batch padded to max_seq_length
@@ -42,6 +42,7 @@ class ModelFamily:
     classifier_weights_name = None
     max_length_field = None
     checkpoint_name = None
+    names_description = None
     config_name = None
     export_tasks = ()
     static_length = False

@@ -24,6 +24,7 @@ class BertFamily(ModelFamily):
     classifier_weights_name = bert_checkpoint.CLASSIFIER_WEIGHTS_NAME
     max_length_field = "max_position_embeddings"
     checkpoint_name = "bert_model.ckpt"
+    names_description = "the original BERT variable names"
     config_name = "bert_config.json"
     export_tasks = ("classifier", "squad", "encoder")
 

@@ -8,9 +8,13 @@ blocks (`realformer_tf.data.causal_lm`), not BERT's records, so its jobs are its
 """
 
 from realformer_tf.checkpoints import causal_lm as lm_checkpoint
+from realformer_tf.checkpoints.hf import gpt2
+from realformer_tf.errors import ConfigError
+from realformer_tf.fileio import gfile
 from realformer_tf.families.base import ModelFamily
 from realformer_tf.models.causal_lm.config import CausalLMConfig
 from realformer_tf.models.causal_lm.model import CausalLMModel
+from realformer_tf.models.config import read_json_file
 
 
 class CausalLMFamily(ModelFamily):
@@ -21,6 +25,7 @@ class CausalLMFamily(ModelFamily):
     head_prefixes = lm_checkpoint.HEAD_PREFIXES
     max_length_field = "max_position_embeddings"
     checkpoint_name = "lm_model.ckpt"
+    names_description = "the causal LM's names"
     config_name = "lm_config.json"
     export_tasks = ("generate",)
 
@@ -32,10 +37,29 @@ class CausalLMFamily(ModelFamily):
     def model_classes(self):
         return {"pretraining": CausalLMModel}
 
+    def read_config(self, path):
+        """An lm_config.json, or a Hugging Face GPT-2 folder / its config.json
+        (translated: Pre-LN, no residual attention)."""
+        if gpt2.is_gpt2_folder(path) or (path.endswith(".json") and _says_gpt2(path)):
+            return gpt2.load_gpt2_config(path)
+        return super().read_config(path)
+
     def checkpoint_heads(self, prefix, kind, num_labels=None):
         """A causal LM's output projection is its embedding table: every checkpoint of
         one holds its "head"."""
         return kind == "pretraining"
+
+
+def _says_gpt2(path):
+    """Whether the JSON file at `path` is a GPT-2 config.json (a missing or unreadable
+    file: no; the family's own reader then says what is wrong with it)."""
+    if not gfile().exists(path):
+        return False
+    try:
+        values = read_json_file(path)
+    except ConfigError:
+        return False
+    return isinstance(values, dict) and values.get("model_type") == gpt2.MODEL_TYPE
 
 
 CAUSAL_LM = CausalLMFamily()

@@ -32,6 +32,7 @@ class EtcFamily(ModelFamily):
     classifier_weights_name = etc_official.CLASSIFIER_WEIGHTS_NAME
     max_length_field = "max_absolute_position_embeddings"
     checkpoint_name = "etc_model.ckpt"
+    names_description = "ETC's names (ours; official etcmodel names on request)"
     config_name = "etc_config.json"
     static_length = True
     export_tasks = ("classifier", "squad")

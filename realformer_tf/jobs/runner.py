@@ -188,7 +188,7 @@ def _run_decided(job, options, family, config, float16, log):
                 trainer.train(family.adapt_dataset_fn(job.train_dataset_fn(options), config, options),
                               num_train_steps, summary_dir=os.path.join(out_dir, "summaries", "train"), log_fn=log)
                 prefix = family.save_final_checkpoint(trainer.model, out_dir, config)
-                log(f"Checkpoint under the original variable names: {prefix}")
+                log(f"Final checkpoint, under {family.names_description}: {prefix}")
             job.evaluate(trainer, options, family, config, out_dir)
         if options.export_dir and trainer.is_chief:
             path = job.export(options, family, config, out_dir)

@@ -9,13 +9,12 @@ import tensorflow as tf
 
 import numpy as np
 
-from realformer_tf.jobs import runner
-from realformer_tf.checkpoints import variant_evidence
+from realformer_tf.jobs import outputs, runner
+from realformer_tf.families import variant_evidence
 from realformer_tf.data import integrity
 from realformer_tf.data import pretraining as data
 from realformer_tf.errors import require
 from realformer_tf.families import get_family
-from realformer_tf.training.results import report_results
 from realformer_tf.training.task import Task
 
 
@@ -37,7 +36,7 @@ class PretrainingTask(Task):
         self.init_checkpoint = init_checkpoint
 
     def build_model(self):
-        return self.family.checkpoint_format.build_model(self.config, "pretraining")
+        return self.family.build_model(self.config, "pretraining")
 
     def initialize(self, model):
         if not self.init_checkpoint:
@@ -70,6 +69,7 @@ class PretrainingOptions(runner.RunOptions):
     """run_pretraining.py's own flags (original names and defaults)."""
 
     input_file: Optional[str] = None
+    eval_input_file: Optional[str] = None
     max_predictions_per_seq: int = 20
     num_train_steps: int = 100000
     num_warmup_steps: int = 10000
@@ -103,6 +103,9 @@ class PretrainingJob(runner.Job):
     def check_inputs(self, options, family, config):
         self.files = data.check_files(options.input_file, options.max_seq_length, options.max_predictions_per_seq,
                                       log=self.log)
+        self.eval_files = (data.check_files(options.eval_input_file, options.max_seq_length,
+                                            options.max_predictions_per_seq, log=self.log)
+                           if options.eval_input_file else self.files)
 
     def run_identity(self, options):
         return dict(super().run_identity(options), max_predictions_per_seq=options.max_predictions_per_seq)
@@ -116,7 +119,7 @@ class PretrainingJob(runner.Job):
         return PretrainingTask(config, options.init_checkpoint, family)
 
     def _dataset_fn(self, options, batch_size, is_training, max_steps=None):
-        return data.make_dataset_fn(self.files, options.max_seq_length, options.max_predictions_per_seq,
+        return data.make_dataset_fn(self.files if is_training else self.eval_files, options.max_seq_length, options.max_predictions_per_seq,
                                     batch_size, is_training=is_training, seed=options.seed, max_steps=max_steps,
                                     log=self.log)
 
@@ -124,7 +127,8 @@ class PretrainingJob(runner.Job):
         return self._dataset_fn(options, options.train_batch_size, True)
 
     def reading_inputs(self):
-        return integrity.unreadable_records_named(self.files)  # a corrupt record met later: named
+        # A corrupt record met later: named.
+        return integrity.unreadable_records_named(sorted(set(self.files) | set(self.eval_files)))
 
     def evaluate(self, trainer, options, family, config, out_dir):
         if not options.do_eval:
@@ -132,7 +136,7 @@ class PretrainingJob(runner.Job):
         dataset_fn = self._dataset_fn(options, options.eval_batch_size, False, options.max_eval_steps)
         results = trainer.evaluate(family.adapt_dataset_fn(dataset_fn, config, options), -1,
                                    summary_dir=os.path.join(out_dir, "summaries", "eval"))
-        report_results(out_dir, results)
+        outputs.report_results(out_dir, results, self.log)
 
 
 def run_pretraining(options, log=runner.say):
