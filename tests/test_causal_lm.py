@@ -304,7 +304,9 @@ def _load_into_x_transformers(theirs, model, torch):
 def test_journey_text_to_generated_text(tmp_path):
     """The README's causal-LM commands on a tiny corpus: the program reports held-out
     perplexity = exp(loss) that beats the untrained model's, a rerun resumes (nothing
-    left to train), and generate.py's greedy text is the model's own argmax chain."""
+    left to train), generate.py's greedy text is the model's own argmax chain, and the
+    SavedModel (--export_dir) serves it without the package, its `score` the model's
+    log-likelihood."""
     import json
 
     import helpers_data as h
@@ -326,7 +328,7 @@ def test_journey_text_to_generated_text(tmp_path):
             f"--eval_input_file={tmp_path}/held.tfrecord", f"--output_dir={out}", "--do_train", "--do_eval",
             "--max_seq_length=16", "--train_batch_size=8", "--eval_batch_size=8", "--num_train_steps=60",
             "--num_warmup_steps=6", "--learning_rate=0.01", "--iterations_per_loop=20", "--save_checkpoints_steps=30",
-            "--seed=3"]
+            "--seed=3", f"--export_dir={tmp_path / 'export'}", f"--vocab_file={vocab}"]
     assert run_pretraining.main(argv) == 0
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
     loss, perplexity = float(results["lm_loss"]), float(results["perplexity"])
@@ -350,3 +352,45 @@ def test_journey_text_to_generated_text(tmp_path):
         seq.append(int(np.argmax(np.asarray(model({"input_ids": np.array([seq], np.int32)})["logits"])[0, -1])))
     want = "the cat " + " ".join(tokenizer.convert_ids_to_tokens(seq[2:]))
     assert captured["stdout"].strip().splitlines()[-1] == want.replace(" ##", "")
+    served = _serve_without_the_package(tmp_path / "export" / "1", ["the cat", "a dog sees"], tmp_path)
+    assert served["text"][0] == want.replace(" ##", "")[len("the cat "):]
+    ids = tokenizer.convert_tokens_to_ids(tokenizer.tokenize("a dog sees"))
+    logits = np.asarray(model({"input_ids": np.array([ids], np.int32)})["logits"], np.float64)[0, :-1]
+    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    want_score = float(np.sum(log_probs[np.arange(len(ids) - 1), ids[1:]]))
+    assert served["num_tokens"][1] == len(ids) - 1
+    np.testing.assert_allclose(served["log_likelihood"][1], want_score, rtol=1e-5)
+
+
+# Runs in a fresh interpreter, realformer_tf unimportable; tensorflow_text for the tokenizer ops.
+SERVE = r"""
+import importlib.abc, json, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "realformer_tf":
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Block())
+import tensorflow as tf, tensorflow_text
+model = tf.saved_model.load(sys.argv[1])
+prompts = json.loads(sys.argv[2])
+out = model.signatures["generate"](prompt=tf.constant(prompts[:1]), max_new_tokens=tf.constant(5),
+                                   temperature=tf.constant(0.0), top_k=tf.constant(0), top_p=tf.constant(1.0),
+                                   seed=tf.constant(0))
+score = model.signatures["score"](text=tf.constant(prompts))
+print(json.dumps({"text": [t.decode() for t in out["text"].numpy()],
+                  "log_likelihood": score["log_likelihood"].numpy().tolist(),
+                  "num_tokens": score["num_tokens"].numpy().tolist()}))
+"""
+
+
+def _serve_without_the_package(path, prompts, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    proc = subprocess.run([sys.executable, "-c", SERVE, str(path), json.dumps(prompts)], capture_output=True,
+                          text=True, env=env, cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

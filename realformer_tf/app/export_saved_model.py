@@ -12,7 +12,13 @@ layout, `export_dir/<version>/`:
 
 Signatures: `serving_default` (text_a, text_b; empty text_b = single sentence),
 `serve_text_a` (text_a only; not for squad) and `serve_token_ids` (input_ids,
-input_mask, segment_ids). See realformer_tf/export.py.
+input_mask, segment_ids). See realformer_tf/serving/export.py.
+
+A causal LM (--model_type=causal_lm; --init_checkpoint its run's output_dir, the config
+lm_config.json beside it unless --bert_config_file is given; --vocab_file or
+--spm_model_file) gets the signatures `generate` (prompt, max_new_tokens, temperature,
+top_k, top_p, seed -> text) and `score` (text -> log_likelihood): see
+realformer_tf/serving/lm_export.py.
 """
 
 from absl import flags
@@ -23,7 +29,10 @@ from realformer_tf.serving import export
 from realformer_tf.jobs import outputs
 from realformer_tf.data import glue
 from realformer_tf.families import MODEL_TYPES, get_family
+from realformer_tf.data.lm_tokenizer import LmTokenizer
+from realformer_tf.families.causal_lm import load_trained
 from realformer_tf.jobs.runner import RunOptions
+from realformer_tf.serving import lm_export
 
 
 def define_flags(fv):
@@ -35,6 +44,8 @@ def define_flags(fv):
                         "The fine-tuned checkpoint: an original-named one (e.g. output_dir/bert_model.ckpt), "
                         "one of our training checkpoints, or a directory (its latest checkpoint).", flag_values=fv)
     flags.DEFINE_string("vocab_file", None, "The vocabulary file the model was trained with.", flag_values=fv)
+    flags.DEFINE_string("spm_model_file", None, "causal_lm: the SentencePiece model it was trained with (instead of "
+                        "--vocab_file).", flag_values=fv)
     flags.DEFINE_bool("do_lower_case", True, "Whether the model was trained on lower-cased text.", flag_values=fv)
     flags.DEFINE_enum("task", None, export.TASKS,
                       "The model's head; default: taken from the checkpoint (output_weights: classifier, "
@@ -63,8 +74,24 @@ def _labels(f, task):
     return list(glue_task.labels), f.num_labels, False
 
 
+def run_causal_lm(f):
+    """A causal LM's export (`generate` and `score` signatures)."""
+    for name in ("init_checkpoint", "export_dir"):
+        cli.require(getattr(f, name), f"--{name} is required")
+    outputs.check_output_dir(f.export_dir, "--export_dir")  # before the model is built
+    tokenizer = LmTokenizer.from_files(f.vocab_file, f.spm_model_file, f.do_lower_case)
+    model, config = load_trained(f.init_checkpoint, f.bert_config_file)
+    print(config.describe(), flush=True)
+    path = lm_export.export_causal_lm(model, f.export_dir, tokenizer=tokenizer, vocab_file=f.vocab_file,
+                                      spm_model_file=f.spm_model_file, do_lower_case=f.do_lower_case,
+                                      version=f.version)
+    print(f"Exported the causal LM to {path}; signatures: generate, score", flush=True)
+
+
 def run(f):
     """The export from the parsed flags `f`."""
+    if f.model_type == "causal_lm":
+        return run_causal_lm(f)
     for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
         cli.require(getattr(f, name), f"--{name} is required")
     outputs.check_output_dir(f.export_dir, "--export_dir")  # before the model is built

@@ -14,16 +14,13 @@ A prompt is refused when it and --max_new_tokens do not fit in the model's posit
 (max_position_embeddings): nothing is truncated.
 """
 
-import os
-
 import tensorflow as tf
 from absl import flags
 
 from realformer_tf import app
-from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.data.lm_tokenizer import LmTokenizer
 from realformer_tf.errors import InputError, UsageError
-from realformer_tf.families import get_family
+from realformer_tf.families.causal_lm import load_trained
 from realformer_tf.serving import decoding
 
 
@@ -64,24 +61,6 @@ def read_prompts(prompt, prompt_file):
     return prompts
 
 
-def load_model(init_checkpoint, config_file=None):
-    """(model, config) of a causal LM run's output_dir or checkpoint prefix."""
-    family = get_family("causal_lm")
-    if not config_file:
-        folder = init_checkpoint if tf.io.gfile.isdir(init_checkpoint) else os.path.dirname(init_checkpoint)
-        config_file = os.path.join(folder, family.config_name)
-        if not tf.io.gfile.exists(config_file):
-            raise UsageError(f"no {family.config_name} beside --init_checkpoint={init_checkpoint}; give "
-                             "--bert_config_file")
-    config = family.load_config(config_file)
-    source = family.trained_checkpoint(init_checkpoint) if tf.io.gfile.isdir(init_checkpoint) else init_checkpoint
-    prefix = ckpt.resolve_checkpoint(source)
-    family.check_checkpoint_fits(config, prefix)
-    model = family.build_model(config, "pretraining", dtype="float32")
-    family.load_checkpoint(model, prefix)
-    return model, config
-
-
 def encode_prompts(prompts, tokenizer, config, max_new_tokens):
     """Token ids of each prompt, each refused in one line when it is empty or does not
     fit the model's positions with `max_new_tokens` more."""
@@ -106,7 +85,7 @@ def run(f):
     decoding.check_sampling(f.temperature, f.top_k, f.top_p, f.max_new_tokens)
     prompts = read_prompts(f.prompt, f.prompt_file)
     tokenizer = LmTokenizer.from_files(f.vocab_file, f.spm_model_file, f.do_lower_case)
-    model, config = load_model(f.init_checkpoint, f.bert_config_file)
+    model, config = load_trained(f.init_checkpoint, f.bert_config_file)
     tokenizer.check_fits(config.vocab_size, "the model's config")
     print(config.describe(), flush=True)
     ids, mask = decoding.left_pad(encode_prompts(prompts, tokenizer, config, f.max_new_tokens))

@@ -42,6 +42,14 @@ def define_flags(fv):
     flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.", flag_values=fv)
     flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.", flag_values=fv)
     flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.", flag_values=fv)
+    flags.DEFINE_string("export_dir", None, "causal_lm: write the trained model as a SavedModel (generate and "
+                        "score signatures) under export_dir/<version>.", flag_values=fv)
+    flags.DEFINE_string("vocab_file", None, "causal_lm with --export_dir: the WordPiece vocab the data was made "
+                        "with.", flag_values=fv)
+    flags.DEFINE_string("spm_model_file", None, "causal_lm with --export_dir: the SentencePiece model the data was "
+                        "made with.", flag_values=fv)
+    flags.DEFINE_bool("do_lower_case", True, "causal_lm with --export_dir, WordPiece: whether the text was "
+                      "lower-cased.", flag_values=fv)
     cli.define_model_flags(fv)
 
 

@@ -50,6 +50,37 @@ class CausalLMFamily(ModelFamily):
         return kind == "pretraining"
 
 
+def load_trained(init_checkpoint, config_file=None):
+    """(model, config) of a causal LM run's output_dir (its lm_model.ckpt, else its
+    latest training checkpoint) or a checkpoint prefix or GPT-2 folder; the config is
+    `config_file`, else lm_config.json beside it (or the GPT-2 folder's)."""
+    import os
+
+    from realformer_tf.checkpoints import tf_checkpoint as ckpt
+    from realformer_tf.errors import UsageError
+
+    family = CAUSAL_LM
+    is_folder = gfile().isdir(init_checkpoint)
+    if not config_file:
+        if gpt2.is_gpt2_folder(init_checkpoint):
+            config_file = init_checkpoint
+        else:
+            folder = init_checkpoint if is_folder else os.path.dirname(init_checkpoint)
+            config_file = os.path.join(folder, family.config_name)
+            if not gfile().exists(config_file):
+                raise UsageError(f"no {family.config_name} beside --init_checkpoint={init_checkpoint}; give "
+                                 "--bert_config_file")
+    config = family.load_config(config_file)
+    source = init_checkpoint
+    if is_folder and not gpt2.is_gpt2_folder(init_checkpoint):
+        source = family.trained_checkpoint(init_checkpoint)
+    prefix = ckpt.resolve_checkpoint(source)
+    family.check_checkpoint_fits(config, prefix)
+    model = family.build_model(config, "pretraining", dtype="float32")
+    family.load_checkpoint(model, prefix)
+    return model, config
+
+
 def _says_gpt2(path):
     """Whether the JSON file at `path` is a GPT-2 config.json (a missing or unreadable
     file: no; the family's own reader then says what is wrong with it)."""

@@ -165,9 +165,6 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
     _check_lengths(family, config, task, max_seq_length, max_query_length)
     _check_outputs(model, task, label_names, is_regression)
     tokens = read_vocab(vocab_file, config.vocab_size)
-    final = _new_version_path(export_dir, version)
-    tf.io.gfile.makedirs(export_dir)
-    temp = os.path.join(export_dir, f"temp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
     info = {
         "task": task, "model_type": family.name, "model": config.describe(),
         f"{family.name}_config": config.to_dict(), "do_lower_case": bool(do_lower_case),
@@ -175,17 +172,14 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
         # A static-length family pads in the model part (to a length bucket) instead.
         "pad_to_max_seq_length": bool(pad_to_max_seq_length),
         "is_regression": bool(is_regression),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **(family.run_identity(input_options) if input_options is not None else {}),
     }
     if task == "squad":
         info["max_query_length"] = int(max_query_length)
     info.update(extra_info or {})
-    local = tempfile.mkdtemp(prefix="realformer_export_")
-    try:
-        vocab_path = os.path.join(local, "vocab.txt")  # the asset keeps this basename
-        with open(vocab_path, "w", encoding="utf-8") as f:
-            f.write("".join(t + "\n" for t in tokens))
+
+    def save(path, local):
+        vocab_path = write_vocab_asset(tokens, local)
         encoder = BertTextEncoder(
             vocab_path, do_lower_case, max_seq_length,
             pair_truncation="squad" if task == "squad" else "longest_first",
@@ -195,7 +189,38 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
             model, task, encoder, label_names, is_regression, family, input_options,
             length_buckets=signatures.ETC_LENGTH_BUCKETS if length_buckets is None else length_buckets,
             compile_model=compile_model)
-        _save(serving, temp, info)  # inference calls only: no fused-kernel op (TF Serving loads it)
+        signature_functions = serving.concrete_functions()
+        tf.saved_model.save(serving.saveable(signature_functions), path, signatures=signature_functions)
+        return sorted(signature_functions)
+
+    return write_version(export_dir, version, info, save)
+
+
+def write_vocab_asset(tokens, folder):
+    """The vocab as a file `folder/vocab.txt` (the asset keeps this basename); its path."""
+    path = os.path.join(folder, "vocab.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    return path
+
+
+def write_version(export_dir, version, info, save):
+    """Writes a SavedModel as `export_dir/<version>/` (default: the next free integer)
+    and returns that path: `save(path, local_folder)` writes it (the folder holds its
+    assets until then) and returns its signature names, recorded with `info` in
+    `assets.extra/realformer_export.json`. It is written under a temporary name and
+    renamed into place, so a model server watching export_dir never sees half a
+    version; on any failure nothing is left."""
+    final = _new_version_path(export_dir, version)
+    tf.io.gfile.makedirs(export_dir)
+    temp = os.path.join(export_dir, f"temp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
+    info = dict(info, created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    local = tempfile.mkdtemp(prefix="realformer_export_")
+    try:
+        info["signatures"] = save(temp, local)  # inference calls only: no fused-kernel op
+        tf.io.gfile.makedirs(os.path.join(temp, "assets.extra"))
+        with tf.io.gfile.GFile(os.path.join(temp, "assets.extra", EXPORT_INFO_FILE), "w") as f:
+            json.dump(info, f, indent=2, sort_keys=True)
         tf.io.gfile.rename(temp, final)
     except BaseException:
         if tf.io.gfile.exists(temp):
@@ -204,15 +229,6 @@ def export_model(model, export_dir, *, task, vocab_file, do_lower_case, max_seq_
     finally:
         shutil.rmtree(local, ignore_errors=True)
     return final
-
-
-def _save(serving, path, info):
-    signatures = serving.concrete_functions()
-    tf.saved_model.save(serving.saveable(signatures), path, signatures=signatures)
-    info["signatures"] = sorted(signatures)
-    tf.io.gfile.makedirs(os.path.join(path, "assets.extra"))
-    with tf.io.gfile.GFile(os.path.join(path, "assets.extra", EXPORT_INFO_FILE), "w") as f:
-        json.dump(info, f, indent=2, sort_keys=True)
 
 
 def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_case, bert_config=None,

@@ -71,6 +71,10 @@ class CausalLMOptions(runner.RunOptions):
     num_train_steps: int = 100000
     num_warmup_steps: int = 10000
     max_eval_steps: int = 100
+    # The tokenizer of --export_dir (one of the two).
+    vocab_file: Optional[str] = None
+    spm_model_file: Optional[str] = None
+    do_lower_case: bool = True
 
 
 class CausalLMPretrainingJob(runner.Job):
@@ -81,6 +85,9 @@ class CausalLMPretrainingJob(runner.Job):
 
     def check_options(self, options):
         require(options.do_train or options.do_eval, "at least one of --do_train or --do_eval must be True")
+        require(not options.export_dir or bool(options.vocab_file) != bool(options.spm_model_file),
+                "--export_dir needs the tokenizer the data was made with: exactly one of --vocab_file and "
+                "--spm_model_file")
         require(options.input_file or (options.do_eval and not options.do_train and options.eval_input_file),
                 "--input_file is required (causal LM token blocks: create_pretraining_data.py --objective=causal_lm)")
 
@@ -111,6 +118,19 @@ class CausalLMPretrainingJob(runner.Job):
 
     def reading_inputs(self):
         return integrity.unreadable_records_named(sorted(set(self.files) | set(self.eval_files)))
+
+    def export(self, options, family, config, out_dir):
+        """`--export_dir`: the trained model with `generate` and `score` signatures; the
+        tokenizer is --vocab_file or --spm_model_file."""
+        from realformer_tf.data.lm_tokenizer import LmTokenizer
+        from realformer_tf.families.causal_lm import load_trained
+        from realformer_tf.serving import lm_export
+
+        tokenizer = LmTokenizer.from_files(options.vocab_file, options.spm_model_file, options.do_lower_case)
+        model, _ = load_trained(out_dir)
+        return lm_export.export_causal_lm(model, options.export_dir, tokenizer=tokenizer,
+                                          vocab_file=options.vocab_file, spm_model_file=options.spm_model_file,
+                                          do_lower_case=options.do_lower_case)
 
     def evaluate(self, trainer, options, family, config, out_dir):
         if not options.do_eval:

@@ -84,6 +84,8 @@ class PretrainingJob(runner.Job):
     def check_options(self, options):
         require(options.do_train or options.do_eval, "at least one of --do_train or --do_eval must be True")
         require(options.input_file, "--input_file is required (pretraining TFRecords)")
+        require(not options.export_dir, "--export_dir exports a causal LM (--model_type=causal_lm); export a "
+                "fine-tuned BERT model with export_saved_model.py or run_classifier.py / run_squad.py")
 
     def batch_size_names(self, options):
         return [n for n, on in (("train_batch_size", options.do_train), ("eval_batch_size", options.do_eval)) if on]
