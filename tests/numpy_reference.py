@@ -122,9 +122,9 @@ def attention(
 
 def feed_forward(x, p, layer_norm_type, hidden_act="gelu"):
     act = ACTIVATIONS[hidden_act]
-    if layer_norm_type == "post":
+    if layer_norm_type == "post":  # Admin: LN(x * omega + f(x)) where the block has omega
         inner = act(dense(x, p["w1"], p["b1"]))
-        return layer_norm(x + dense(inner, p["w2"], p["b2"]), *p["ln_out"])
+        return layer_norm(x * p.get("admin_scale", 1.0) + dense(inner, p["w2"], p["b2"]), *p["ln_out"])
     h = layer_norm(x, *p["ln_out"])
     inner = act(dense(h, p["w1"], p["b1"]))
     if p.get("ln_inner") is not None:  # NormFormer's feed-forward LayerNorm, where the block has it
@@ -135,11 +135,12 @@ def feed_forward(x, p, layer_norm_type, hidden_act="gelu"):
 
 def attention_sublayer(x, memory, p, ln, ln_post, layer_norm_type, num_heads, **attn_kwargs):
     """NormFormer's head scale and post-attention LayerNorm apply where the block has
-    their weights (`p["head_scale"]`, `ln_post`): each is a switch of its own."""
+    their weights (`p["head_scale"]`, `ln_post`): each is a switch of its own; so does
+    Admin's residual scale (`p["admin_scale"]`)."""
     head_scale = p.get("head_scale")
     if layer_norm_type == "post":
         out, scores = attention(x, memory, p, num_heads, head_scale=None, **attn_kwargs)
-        return layer_norm(x + out, *ln), scores
+        return layer_norm(x * p.get("admin_scale", 1.0) + out, *ln), scores
     h = layer_norm(x, *ln)
     mem = h if memory is None else memory
     out, scores = attention(h, mem, p, num_heads, head_scale=head_scale, **attn_kwargs)
@@ -219,13 +220,12 @@ def decoder_block(
     memory_mask=None,
     prev_self_scores=None,
     prev_cross_scores=None,
+    cross_residual_attention=None,
 ):
-    """Causal self-attention, cross-attention, FFN. Returns (out, self_scores, cross_scores)."""
-    common = dict(
-        use_running_mean=residual_attention and use_running_mean,
-        layer_index=layer_index,
-        head_scale_position=head_scale_position,
-    )
+    """Causal self-attention, cross-attention, FFN. Returns (out, self_scores, cross_scores).
+    The cross-attention path follows `cross_residual_attention` (None: residual_attention)."""
+    cross = residual_attention if cross_residual_attention is None else cross_residual_attention
+    common = dict(layer_index=layer_index, head_scale_position=head_scale_position)
     x, self_scores = attention_sublayer(
         x,
         x if layer_norm_type == "post" else None,
@@ -236,6 +236,7 @@ def decoder_block(
         num_heads,
         attention_mask=self_attention_mask,
         prev_scores=prev_self_scores if residual_attention else None,
+        use_running_mean=residual_attention and use_running_mean,
         causal=True,
         **common,
     )
@@ -248,7 +249,8 @@ def decoder_block(
         layer_norm_type,
         num_heads,
         attention_mask=memory_mask,
-        prev_scores=prev_cross_scores if residual_attention else None,
+        prev_scores=prev_cross_scores if cross else None,
+        use_running_mean=cross and use_running_mean,
         **common,
     )
     return feed_forward(x, p["ffn"], layer_norm_type, hidden_act), self_scores, cross_scores
@@ -298,12 +300,18 @@ def ffn_params(block):
         p["ln_inner"] = _ln(block.intermediate_layer_norm)
     if getattr(block, "use_residual_scale", False):
         p["residual_scale"] = _np(block.residual_scale)
+    if getattr(block, "ffn_residual_scale", None) is not None:
+        p["admin_scale"] = _np(block.ffn_residual_scale)
     return p
+
+
+def _with_admin_scale(p, scale):
+    return p if scale is None else dict(p, admin_scale=_np(scale))
 
 
 def encoder_block_params(block):
     p = {
-        "attention": attention_params(block.attention),
+        "attention": _with_admin_scale(attention_params(block.attention), getattr(block, "attention_residual_scale", None)),
         "ln_attention": _ln(block.attention_layer_norm),
         "ffn": ffn_params(block),
     }
@@ -314,9 +322,11 @@ def encoder_block_params(block):
 
 def decoder_block_params(block):
     p = {
-        "self_attention": attention_params(block.self_attention),
+        "self_attention": _with_admin_scale(attention_params(block.self_attention),
+                                            block.self_attention_residual_scale),
         "ln_self": _ln(block.self_attention_layer_norm),
-        "cross_attention": attention_params(block.cross_attention),
+        "cross_attention": _with_admin_scale(attention_params(block.cross_attention),
+                                             block.cross_attention_residual_scale),
         "ln_cross": _ln(block.cross_attention_layer_norm),
         "ffn": ffn_params(block),
     }
@@ -340,7 +350,7 @@ def randomize_weights(layer, seed=0):
     for v in layer.weights:
         shape = tuple(v.shape)
         name = v.name.split("/")[-1].split(":")[0]
-        if name in ("gamma", "head_scale", "residual_scale"):
+        if name in ("gamma", "head_scale") or name.endswith("residual_scale"):
             value = rng.uniform(0.5, 1.5, size=shape)
         elif name in ("beta", "bias"):
             value = rng.normal(0.0, 0.2, size=shape)

@@ -18,11 +18,12 @@ CONFIGS = [BertConfig, EtcConfig]
 def test_every_block_option_has_one_config_field():
     # NormFormer's switches one by one are the causal LM config's (CausalLMConfig.option_fields);
     # BERT and ETC configs leave them to layer_norm_type.
-    from realformer_tf.layers.transformer import NORMFORMER_SWITCHES
+    # Admin's residual scale and the cross-attention path are the translation config's.
+    from realformer_tf.layers.transformer import NORMFORMER_SWITCHES, TRANSLATION_OPTIONS
     from realformer_tf.models.causal_lm.config import CausalLMConfig
 
     assert set(BLOCK_OPTION_FIELDS) == {"num_layers"} | set(BLOCK_OPTION_NAMES) - {"layer_norm_epsilon"} - set(
-        NORMFORMER_SWITCHES)
+        NORMFORMER_SWITCHES) - set(TRANSLATION_OPTIONS)
     assert set(CausalLMConfig.option_fields) == set(NORMFORMER_SWITCHES)
     # The JSON names stay as released bert_config.json files spell them.
     assert BLOCK_OPTION_FIELDS["use_residual_scale"] == "normformer_residual_scale"

@@ -484,6 +484,77 @@ def test_decoder_block_matches_reference(layer_norm_type, residual_attention, us
     ref.assert_close(label + "/cross_scores", cross_scores, want_cross, ATOL)
 
 
+@pytest.mark.parametrize("residual_attention,cross_residual_attention", [(True, False), (False, True)])
+def test_admin_decoder_block_with_one_score_path_matches_reference(residual_attention, cross_residual_attention):
+    """Admin's residual scales (randomized: every omega is used) with residual attention
+    on one decoder path and not the other, as RealFormer on Admin switches them."""
+    kwargs = _block_kwargs("post", residual_attention, False, layer_index=2, admin_residual_scale=True,
+                           cross_residual_attention=cross_residual_attention)
+    block = TransformerDecoderBlock(**kwargs)
+    x, memory = _x(55), _x(56, (B, M, H))
+    call = dict(self_attention_mask=ref.padding_mask(B, L, LENGTHS),
+                memory_mask=ref.padding_mask(B, M, MEMORY_LENGTHS),
+                prev_self_scores=_prev(57), prev_cross_scores=_prev(58, (B, N, L, M)))
+    block(x, memory, **call)
+    ref.randomize_weights(block, seed=59)
+    out, self_scores, cross_scores = block(x, memory, training=False, **call)
+    want = ref.decoder_block(x.astype(np.float64), memory.astype(np.float64), ref.decoder_block_params(block),
+                             cross_residual_attention=cross_residual_attention, **_ref_cfg(kwargs), **call)
+    label = f"decoder_block/admin/self={residual_attention}/cross={cross_residual_attention}"
+    for name, got, expected in zip(("out", "self_scores", "cross_scores"), (out, self_scores, cross_scores), want):
+        ref.assert_close(f"{label}/{name}", got, expected, ATOL)
+
+
+def test_admin_profiling_sets_the_scales_numpy_computes():
+    """Admin's profiling pass on a 3-block encoder: a plain NumPy loop over the sublayers
+    (real tokens only) gives omega_1 = 1, omega_{i+1} = sqrt(Var[omega_i x] + Var[f_i(x)]),
+    and the stack's output after profiling uses those scales."""
+    from realformer_tf.layers import AdminProfile
+
+    encoder = TransformerEncoder(num_layers=3, num_heads=N, intermediate_size=I, admin_residual_scale=True,
+                                 residual_attention=True)
+    x, mask = _x(67), ref.padding_mask(B, L, LENGTHS)
+    encoder(x, attention_mask=mask)
+    ref.randomize_weights(encoder, seed=68)
+    profile = AdminProfile(mask)
+    profiled = encoder(x, attention_mask=mask, admin_profile=profile)
+
+    real = mask.astype(bool)
+    h, omega, omegas, scores = x.astype(np.float64), 1.0, [], None
+    for block in encoder.blocks:
+        p = ref.encoder_block_params(block)
+        out, scores = ref.attention(h, h, p["attention"], N, attention_mask=mask, prev_scores=scores)
+        omegas.append(omega)
+        h_next = ref.layer_norm(h * omega + out, *p["ln_attention"])
+        omega, h = np.sqrt(np.var(h[real] * omega) + np.var(out[real])), h_next
+        f = p["ffn"]
+        out = ref.dense(ref.gelu_tanh(ref.dense(h, f["w1"], f["b1"])), f["w2"], f["b2"])
+        omegas.append(omega)
+        h_next = ref.layer_norm(h * omega + out, *f["ln_out"])
+        omega, h = np.sqrt(np.var(h[real] * omega) + np.var(out[real])), h_next
+    np.testing.assert_allclose([r[0] for r in profile.records], omegas, rtol=1e-4)
+    assert omegas[-1] > 2.0  # the scale really grows with depth
+    for block, pair in zip(encoder.blocks, np.reshape(omegas, (-1, 2))):
+        np.testing.assert_allclose(ref.to_numpy(block.attention_residual_scale), pair[0], rtol=1e-4)
+        np.testing.assert_allclose(ref.to_numpy(block.ffn_residual_scale), pair[1], rtol=1e-4)
+    ref.assert_close("admin/profiled_output", profiled["sequence_output"], h, 1e-4)
+    ref.assert_close("admin/after_profiling", encoder(x, attention_mask=mask)["sequence_output"], h, 1e-4)
+
+
+def test_admin_block_with_unit_scales_is_the_post_ln_block():
+    """omega = 1 everywhere (before profiling) is exactly the post-LN block."""
+    admin = TransformerEncoderBlock(num_heads=N, intermediate_size=I, admin_residual_scale=True)
+    plain = TransformerEncoderBlock(num_heads=N, intermediate_size=I)
+    x = _x(65)
+    admin(x), plain(x)
+    ref.randomize_weights(plain, seed=66)
+    for variable in admin.weights:
+        match = [v for v in plain.weights if v.path.split("/", 1)[1] == variable.path.split("/", 1)[1]]
+        variable.assign(match[0] if match else np.ones(variable.shape, "float32"))
+    assert len(admin.weights) == len(plain.weights) + 2
+    np.testing.assert_array_equal(ref.to_numpy(admin(x)[0]), ref.to_numpy(plain(x)[0]))
+
+
 def test_decoder_score_paths_are_separate():
     """prev_self_scores feeds only the self-attention path, prev_cross_scores only the
     cross-attention path."""

@@ -38,6 +38,8 @@ class TransformerEncoder(keras.layers.Layer):
         (`ResidualMultiHeadAttention`); `x` is the new positions. With residual
         attention each block's score rows for the new positions go to the next block,
         so a step needs no scores of the earlier positions.
+      admin_profile: an `admin.AdminProfile` (eager): Admin blocks set their residual
+        scales from it, in order.
 
     Returns:
       A dict: `sequence_output` [batch, seq_len, hidden] (after the final LayerNorm, if
@@ -85,7 +87,7 @@ class TransformerEncoder(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, x, attention_mask=None, training=None, mask=None, output_range=None, use_causal_mask=False,
-             cache=None):
+             cache=None, admin_profile=None):
         mask = keras_mask_of(x) if mask is None else mask
         encoder_outputs, attention_scores, new_cache = [], [], []
         scores = None
@@ -95,6 +97,7 @@ class TransformerEncoder(keras.layers.Layer):
                 x, attention_mask=attention_mask, prev_scores=scores, training=training,
                 mask=mask, output_range=output_range if i == self.num_layers - 1 else None,
                 use_causal_mask=use_causal_mask, cache=None if cache is None else cache[i],
+                admin_profile=admin_profile,
             )
             x, scores = out[:2]
             new_cache.extend(out[2:])

@@ -18,6 +18,7 @@ scores (so analysis works for every variant).
 """
 
 import keras
+from keras import ops
 
 from realformer_tf.layers.normalization import LayerNorm
 
@@ -50,8 +51,15 @@ BLOCK_OPTIONS = dict(
     attention_output_norm=None,  # fairseq's scale_attn: LN on the attention output
     ffn_activation_norm=None,  # scale_fc: LN on the feed-forward activation
     use_head_scale=None,  # scale_heads: a learned scale per head
+    # Admin (Liu et al. 2020; post-LN): LN(w * x + f(x)), a learned w per residual, set
+    # at initialization by a profiling pass (`AdminProfile`).
+    admin_residual_scale=False,
+    # Decoder blocks: residual attention on the cross-attention path (None: as
+    # residual_attention, which then sets the self-attention path alone).
+    cross_residual_attention=None,
 )
 NORMFORMER_SWITCHES = ("attention_output_norm", "ffn_activation_norm", "use_head_scale")
+TRANSLATION_OPTIONS = ("admin_residual_scale", "cross_residual_attention")  # the translation config's
 BLOCK_OPTION_NAMES = ("num_heads", "intermediate_size") + tuple(BLOCK_OPTIONS)
 
 
@@ -102,6 +110,9 @@ def check_norm_options(options, error=ValueError, names=None):
     if options.get("use_residual_scale") and layer_norm_type != "normformer":
         raise error(f"{name('use_residual_scale')} is a NormFormer option: it needs "
                     f"{name('layer_norm_type')}='normformer'")
+    if options.get("admin_residual_scale") and layer_norm_type != "post":
+        raise error(f"{name('admin_residual_scale')} is Admin's scale of a post-LN residual: it needs "
+                    f"{name('layer_norm_type')}='post'")
     switches = [key for key in NORMFORMER_SWITCHES if options.get(key)]
     if switches and layer_norm_type == "post":
         raise error(f"{', '.join(name(s) for s in switches)}: NormFormer operations of a pre-LN "
@@ -117,6 +128,16 @@ def _typed(name, value):
     if default is None:
         return None if value is None else bool(value)
     return type(default)(value)
+
+
+def _residual_plus(residual, branch, scale=None, admin_profile=None):
+    """residual + branch, or Admin's residual * scale + branch; a profiling pass
+    (`admin_profile`) sets the scale from the variances before it is used."""
+    if scale is None:
+        return residual + branch
+    if admin_profile is not None:
+        admin_profile.set_scale(scale, residual, branch)
+    return residual * ops.cast(scale, residual.dtype) + branch
 
 
 class _BlockBase(keras.layers.Layer):
@@ -138,6 +159,8 @@ class _BlockBase(keras.layers.Layer):
         # NormFormer's operations, each on where its switch says (unset: as normformer).
         self.post_attention_norm, self.ffn_norm, self.scales_heads = (
             self.normformer if self.options[key] is None else self.options[key] for key in NORMFORMER_SWITCHES)
+        self.cross_residual = (self.residual_attention if self.cross_residual_attention is None
+                               else self.cross_residual_attention)
 
     # -- sublayer factories -------------------------------------------------------------
     def _initializer(self):
@@ -161,12 +184,13 @@ class _BlockBase(keras.layers.Layer):
     def _dropout(self, name):
         return Dropout(self.hidden_dropout, name=name, dtype=self.dtype_policy)
 
-    def _attention(self, hidden_size, name):
+    def _attention(self, hidden_size, name, residual_attention=None):
+        residual = self.residual_attention if residual_attention is None else residual_attention
         return ResidualMultiHeadAttention(
             num_heads=self.num_heads,
             key_dim=hidden_size // self.num_heads,
             dropout=self.attention_dropout,
-            use_running_mean=self.residual_attention and self.use_running_mean,
+            use_running_mean=residual and self.use_running_mean,
             layer_index=self.layer_index,
             use_head_scale=self.scales_heads,
             head_scale_position=self.head_scale_position,
@@ -198,27 +222,36 @@ class _BlockBase(keras.layers.Layer):
             self.residual_scale = self.add_weight(
                 name="residual_scale", shape=(hidden_size,), initializer="ones"
             )
+        self.ffn_residual_scale = self._admin_scale("ffn_residual_scale", hidden_size)
+
+    def _admin_scale(self, name, hidden_size):
+        """Admin's learned residual scale (ones until a profiling pass sets it), or None."""
+        if not self.admin_residual_scale:
+            return None
+        return self.add_weight(name=name, shape=(hidden_size,), initializer="ones")
 
     # -- sublayer application -----------------------------------------------------------
-    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention, training, output_range=None):
+    def _attention_sublayer(self, x, layer_norm, post_norm, dropout, call_attention, training, output_range=None,
+                            residual_scale=None, admin_profile=None):
         """Applies one attention sublayer in the configured LayerNorm arrangement.
 
         `call_attention(h, affine)` runs the attention and returns (output, scores): on
         the raw input (post, `affine` None) or on the standardized input with the
         LayerNorm's (gamma, beta) as `affine`, to fold into its input projections
         (pre/normformer; `LayerNorm.split_affine`). With `output_range` r the attention
-        answers the first r queries only, and the residual is `x[:, :r]`.
+        answers the first r queries only, and the residual is `x[:, :r]`. Admin scales
+        the residual by `residual_scale` (`_residual_plus`).
         """
         residual = x if output_range is None else x[:, :output_range]
         if self.layer_norm_type == "post":
             out, scores = call_attention(x, None)
-            return layer_norm(residual + dropout(out)), scores
+            return layer_norm(_residual_plus(residual, dropout(out), residual_scale, admin_profile)), scores
         out, scores = call_attention(*layer_norm.split_affine(x, training))
         if post_norm is not None:
             out = post_norm(out)
         return residual + dropout(out), scores
 
-    def _feed_forward_sublayer(self, x, training):
+    def _feed_forward_sublayer(self, x, training, admin_profile=None):
         if self.layer_norm_type == "post":
             inner = self.intermediate_dense(x)
         else:
@@ -230,12 +263,15 @@ class _BlockBase(keras.layers.Layer):
             out = self.output_dense(self.activation(inner))
         out = self.output_dropout(out, training=training)
         if self.layer_norm_type == "post":
-            return self.output_layer_norm(x + out)
+            return self.output_layer_norm(_residual_plus(x, out, self.ffn_residual_scale, admin_profile))
         residual = x * self.residual_scale if self.use_residual_scale else x
         return residual + out
 
     def _prev(self, prev_scores):
         return prev_scores if self.residual_attention else None
+
+    def _prev_cross(self, prev_scores):
+        return prev_scores if self.cross_residual else None
 
     def get_config(self):
         config = super().get_config()
@@ -287,6 +323,8 @@ class TransformerEncoderBlock(_BlockBase):
         decoder-only language model).
       cache: for decoding, this block's `{"key", "value"}` of the earlier positions
         (`ResidualMultiHeadAttention`); `x` is then the new positions only.
+      admin_profile: Admin's profiling pass (`AdminProfile`), which sets this block's
+        residual scales from the variances it sees.
 
     Returns:
       `(output, scores)`: [batch, seq_len, hidden] (keeps `x`'s Keras mask) and the
@@ -313,6 +351,7 @@ class TransformerEncoderBlock(_BlockBase):
         self.attention_dropout_layer = self._dropout("attention_output_dropout")
         self.attention_layer_norm = self._layer_norm("attention_layer_norm")
         self.attention_layer_norm.build(input_shape)
+        self.attention_residual_scale = self._admin_scale("attention_residual_scale", hidden_size)
         if self.post_attention_norm:
             self.attention_post_layer_norm = self._layer_norm("attention_post_layer_norm")
             self.attention_post_layer_norm.build(input_shape)
@@ -320,7 +359,7 @@ class TransformerEncoderBlock(_BlockBase):
         super().build(input_shape)
 
     def call(self, x, attention_mask=None, prev_scores=None, training=None, mask=None, output_range=None,
-             use_causal_mask=False, cache=None):
+             use_causal_mask=False, cache=None, admin_profile=None):
         mask = keras_mask_of(x) if mask is None else mask
         prev_scores = self._prev(prev_scores)
         query_mask, query_attention_mask = mask, attention_mask
@@ -350,8 +389,10 @@ class TransformerEncoderBlock(_BlockBase):
             call_attention,
             training,
             output_range,
+            self.attention_residual_scale,
+            admin_profile,
         )
-        output = self._feed_forward_sublayer(x, training)
+        output = self._feed_forward_sublayer(x, training, admin_profile)
         if output_range is not None and mask is not None:  # the output's own positions
             set_keras_mask(output, query_mask)
         return (output, scores) if cache is None else (output, scores, new_cache[0])
