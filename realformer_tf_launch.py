@@ -74,3 +74,7 @@ def make_vocab():
 
 def generate():
     run("generate")
+
+
+def translation():
+    run("run_translation")

@@ -21,7 +21,7 @@ CONSOLE_SCRIPTS = {
     "realformer-squad": "--doc_stride", "realformer-export": "--export_dir",
     "realformer-convert": "--output_checkpoint", "realformer-create-pretraining-data": "--dupe_factor",
     "realformer-tpu-smoke-check": "--variants", "realformer-make-vocab": "--vocab_type",
-    "realformer-generate": "--top_p",
+    "realformer-generate": "--top_p", "realformer-translation": "--max_tokens",
 }
 
 

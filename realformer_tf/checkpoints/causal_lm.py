@@ -18,37 +18,20 @@ presents its tensors under these names); `save_gpt2_folder` writes one.
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints.hf import gpt2
+from realformer_tf.checkpoints.keras_paths import KerasPathNames
 
-ENCODER_PREFIX = "decoder/"
 HEAD_PREFIXES = {"pretraining": ()}  # the tied output projection has no weights of its own
-# The weight every causal LM has (and no BERT or ETC model has under this name).
-_MARKER = "token_embeddings/embeddings"
+NAMES = KerasPathNames(marker="token_embeddings/embeddings", model_class="CausalLMModel", module="models.causal_lm",
+                       owned_prefixes=("decoder/", "token_embeddings/", "position_embeddings/"))
 
 
 def lm_variables(model, include_heads=True):
-    """{name: variable} of every weight of a causal LM (built from its config first if
-    needed). `include_heads` is accepted for the families' common signature: all the
-    weights are the model's own.
+    """{name: variable} of every weight of a causal LM.
 
     Raises:
         TypeError for a model that is no causal LM.
     """
-    model_kind(model)
-    return {v.path.split("/", 1)[1]: v for v in model.weights}
-
-
-def model_kind(model):
-    """"pretraining" (the one kind of causal LM), told by the weights' names.
-
-    Raises:
-        TypeError for a model that is no causal LM.
-    """
-    if hasattr(model, "_ensure_built"):
-        model._ensure_built()
-    paths = [v.path.split("/", 1)[-1] for v in model.weights]
-    if _MARKER not in paths:
-        raise TypeError(f"{type(model).__name__} is not a CausalLMModel (realformer_tf.models.causal_lm)")
-    return "pretraining"
+    return NAMES.variables(model, include_heads)
 
 
 def check_checkpoint_fits(config, prefix):
@@ -56,7 +39,7 @@ def check_checkpoint_fits(config, prefix):
     size, before any model is built."""
     h = config.hidden_size
     expected = {
-        _MARKER: [config.vocab_size, h],
+        NAMES.marker: [config.vocab_size, h],
         "position_embeddings/embeddings": [config.max_position_embeddings, h],
         "decoder/layer_0/intermediate/kernel": [h, config.intermediate_size],
     }
@@ -75,16 +58,12 @@ def load_lm_checkpoint(model, path, skip_heads=False, decide_variant=None, allow
     Raises:
         CheckpointError naming any missing, unexpected or mis-shaped weight.
     """
-    if not model.built:  # sizes first, before a model the checkpoint does not fit is built
-        check_checkpoint_fits(model.config, ckpt.resolve_checkpoint(path))
-    return ckpt.load_named_variables(
-        path, lm_variables(model), (ENCODER_PREFIX, "token_embeddings/", "position_embeddings/"),
-        description=f"{type(model).__name__} ({model.config.describe()})", allow_nonfinite=allow_nonfinite)
+    return NAMES.load(model, path, check_checkpoint_fits, allow_nonfinite)
 
 
 def save_lm_checkpoint(model, prefix):
     """Writes every weight of a causal LM under its name; returns the prefix written."""
-    return ckpt.save_named_variables(prefix, lm_variables(model))
+    return NAMES.save(model, prefix)
 
 
 def save_gpt2_folder(model, folder):

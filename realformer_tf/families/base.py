@@ -12,7 +12,7 @@ from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import UsageError
 
 # What a job asks a family to build.
-KINDS = ("pretraining", "classifier", "squad", "encoder")
+KINDS = ("pretraining", "classifier", "squad", "encoder", "translation")
 
 
 class ModelFamily:

@@ -85,6 +85,7 @@ class Job:
 
     name = None
     kind = None  # what the family builds: one of families.KINDS
+    export_task = None  # the task of its SavedModel's signature (None: kind)
     families = ("bert", "etc")  # the --model_type values the job runs (BERT-layout data)
     options_class = RunOptions
     log = staticmethod(say)  # run_job sets the log function it was given
@@ -139,6 +140,11 @@ class Job:
         """Writes the SavedModel of `--export_dir`; returns its path."""
         raise UsageError(f"--export_dir is not available for {self.name}")
 
+    def optimizer_settings(self, options):
+        """Keyword arguments of `optimization.create_optimizer` beyond the flags (BERT's
+        recipe: none)."""
+        return {}
+
 
 def run_job(job, options, log=say):
     """Runs `job` (a Job) with `options` (its options_class); returns the Trainer.
@@ -181,7 +187,8 @@ def _run_decided(job, options, family, config, float16, log):
                          record=run_record(options)):  # released on errors too
         num_train_steps, num_warmup_steps = job.prepare(options, family, config, out_dir)
         trainer, resumed = start_trainer(job.make_task(family, config, options), strategy, options,
-                                         num_train_steps, num_warmup_steps, float16, log)
+                                         num_train_steps, num_warmup_steps, float16, log,
+                                         job.optimizer_settings(options))
         job.after_restore(trainer, resumed, options)
         with job.reading_inputs():
             if options.do_train:
@@ -192,7 +199,7 @@ def _run_decided(job, options, family, config, float16, log):
             job.evaluate(trainer, options, family, config, out_dir)
         if options.export_dir and trainer.is_chief:
             path = job.export(options, family, config, out_dir)
-            log(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task=job.kind)}")
+            log(f"SavedModel for serving: {path}\n{export.saved_model_cli_command(path, task=job.export_task or job.kind)}")
     return trainer
 
 
@@ -337,7 +344,8 @@ def _differences(previous, current):
                            if k != "bert_config" and previous.get(k) != current.get(k))
 
 
-def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, float16, log=say):
+def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, float16, log=say,
+                  optimizer_settings=None):
     """The Trainer the options describe, restored from output_dir (or initialized by
     the task); says which. Returns (trainer, restored checkpoint path or None)."""
     o = options
@@ -345,7 +353,7 @@ def start_trainer(task, strategy, options, num_train_steps, num_warmup_steps, fl
     def optimizer_fn():
         return optimization.create_optimizer(
             o.optimizer, o.learning_rate, max(num_train_steps, 1), num_warmup_steps,
-            weight_decay=o.weight_decay, float16_loss_scaling=float16)
+            weight_decay=o.weight_decay, float16_loss_scaling=float16, **(optimizer_settings or {}))
 
     trainer = Trainer(task, strategy, o.output_dir, optimizer_fn=optimizer_fn if o.do_train else None,
                       steps_per_loop=o.iterations_per_loop, save_checkpoints_steps=o.save_checkpoints_steps,

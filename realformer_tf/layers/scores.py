@@ -35,6 +35,8 @@ Public API (stable):
   context(probs, value)                 [B,N,F,T] x [B,T,N,D] -> [B,F,N,D]
 """
 
+import warnings
+
 import numpy as np
 from keras import backend
 from keras import ops
@@ -127,7 +129,10 @@ def attention_probabilities(
     logits = ops.cast(scores_to_logits(scores, layer_index, use_running_mean), dtype)
     if mask is not None:
         logits = logits + mask_bias(mask, dtype, mask_value)
-    return ops.softmax(logits, axis=-1)
+    with warnings.catch_warnings():
+        # Keras warns of a softmax over one key; the first decoding step has exactly one.
+        warnings.filterwarnings("ignore", message="You are using a softmax over axis", category=UserWarning)
+        return ops.softmax(logits, axis=-1)
 
 
 def split_heads(x, num_heads, head_dim):

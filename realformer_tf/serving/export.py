@@ -293,16 +293,27 @@ SAVED_MODEL_CLI_WITH_TEXT_OPS = (
     'sys.argv[0] = "saved_model_cli"; c.main()')
 
 
+# task -> (signature, text input, the other inputs) of the generative exports.
+TEXT_ONLY_TASKS = {
+    "generate": ("generate", "prompt", ";max_new_tokens=20;temperature=0.0;top_k=0;top_p=1.0;seed=0"),
+    "translate": ("translate", "source", ""),
+}
+
+
 def saved_model_cli_command(path, task="classifier", python=None, signature="serving_default",
                             text_a=None, text_b=None):
     """A ready-to-copy `saved_model_cli run` line (with the tensorflow-text ops loaded)
     for a text signature of the export at `path`."""
-    if text_a is None:
-        text_a, text_b = (("What does the cat see?", "The cat sees the river.") if task == "squad"
-                          else ("The cat sees the river.", "A dog likes the book."))
-    exprs = f"text_a={json.dumps([text_a], ensure_ascii=False)}"
-    if signature == "serving_default":
-        exprs += f";text_b={json.dumps([text_b or ''], ensure_ascii=False)}"
+    if task in TEXT_ONLY_TASKS:  # the generative signatures: their own name and inputs
+        signature, field, extra = TEXT_ONLY_TASKS[task]
+        exprs = f"{field}={json.dumps([text_a or 'The cat sees the river.'], ensure_ascii=False)}{extra}"
+    else:
+        if text_a is None:
+            text_a, text_b = (("What does the cat see?", "The cat sees the river.") if task == "squad"
+                              else ("The cat sees the river.", "A dog likes the book."))
+        exprs = f"text_a={json.dumps([text_a], ensure_ascii=False)}"
+        if signature == "serving_default":
+            exprs += f";text_b={json.dumps([text_b or ''], ensure_ascii=False)}"
     python = python or sys.executable or "python"
     return " ".join([
         shlex.quote(python), "-c", shlex.quote(SAVED_MODEL_CLI_WITH_TEXT_OPS), "run",

@@ -52,6 +52,24 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 @keras.saving.register_keras_serializable(package="realformer_tf")
+class InverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """fairseq's `--lr-scheduler inverse_sqrt` (the Transformer's schedule): `peak * step
+    / warmup` up to `warmup`, then `peak * sqrt(warmup / step)`."""
+
+    def __init__(self, peak_learning_rate, num_warmup_steps):
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.num_warmup_steps = max(int(num_warmup_steps), 1)
+
+    def __call__(self, step):
+        step = ops.maximum(ops.cast(step, "float32"), 1.0)
+        warmup = float(self.num_warmup_steps)
+        return self.peak_learning_rate * ops.minimum(step / warmup, ops.sqrt(warmup / step))
+
+    def get_config(self):
+        return dict(peak_learning_rate=self.peak_learning_rate, num_warmup_steps=self.num_warmup_steps)
+
+
+@keras.saving.register_keras_serializable(package="realformer_tf")
 class AdamW(keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` whose update of a variable is one kernel on TensorFlow.
 
@@ -164,19 +182,24 @@ def create_optimizer(
     num_warmup_steps,
     weight_decay=0.01,
     float16_loss_scaling=False,
+    schedule="linear",
+    beta_2=0.999,
+    epsilon=1e-6,
 ):
-    """Returns BERT's AdamW (or LAMB) with the warmup + linear-decay schedule."""
-    schedule = WarmupPolynomialDecay(learning_rate, num_train_steps, num_warmup_steps)
+    """Returns BERT's AdamW (or LAMB) with the warmup + linear-decay schedule; the
+    translation job's `schedule="inverse_sqrt"`, `beta_2=0.98`, `epsilon=1e-8` make it
+    fairseq's Transformer recipe."""
+    if schedule == "linear":
+        schedule = WarmupPolynomialDecay(learning_rate, num_train_steps, num_warmup_steps)
+    elif schedule == "inverse_sqrt":
+        schedule = InverseSqrtSchedule(learning_rate, num_warmup_steps)
+    else:
+        raise UsageError(f"schedule={schedule!r} is not one of linear, inverse_sqrt")
+    adam = dict(learning_rate=schedule, weight_decay=weight_decay, beta_1=0.9, beta_2=beta_2, epsilon=epsilon)
     if name == "adamw":
-        optimizer = AdamW(
-            learning_rate=schedule, weight_decay=weight_decay,
-            beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-        )
+        optimizer = AdamW(**adam)
     elif name == "lamb":
-        optimizer = keras.optimizers.Lamb(
-            learning_rate=schedule, weight_decay=weight_decay,
-            beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-        )
+        optimizer = keras.optimizers.Lamb(**adam)
     else:
         raise UsageError(f"optimizer={name!r} is not one of {', '.join(OPTIMIZERS)}")
     optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)

@@ -80,6 +80,7 @@ class CausalLMOptions(runner.RunOptions):
 class CausalLMPretrainingJob(runner.Job):
     name = "causal_lm_pretraining"
     kind = "pretraining"
+    export_task = "generate"
     options_class = CausalLMOptions
     families = ("causal_lm",)
 

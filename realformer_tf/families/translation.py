@@ -1,0 +1,66 @@
+"""Encoder-decoder translation models (RealFormer's Table 7 system: post-LN, Admin, residual
+attention on three paths): the model of `realformer_tf.models.translation` under our
+names (`realformer_tf.checkpoints.translation`).
+
+A translation model has one kind, "translation"; its data are sentence pairs
+(`realformer_tf.data.translation`), so its job is its own
+(`realformer_tf.jobs.tasks.translation`) and the BERT-layout programs refuse it.
+"""
+
+import os
+
+from realformer_tf.checkpoints import tf_checkpoint as ckpt
+from realformer_tf.checkpoints import translation as translation_checkpoint
+from realformer_tf.errors import UsageError
+from realformer_tf.families.base import ModelFamily
+from realformer_tf.fileio import gfile
+from realformer_tf.models.translation.config import TranslationConfig
+from realformer_tf.models.translation.model import TranslationModel
+
+
+class TranslationFamily(ModelFamily):
+    """The translation model: its one model, its names and checkpoints."""
+
+    name = "translation"
+    config_class = TranslationConfig
+    head_prefixes = translation_checkpoint.HEAD_PREFIXES
+    max_length_field = "max_position_embeddings"
+    checkpoint_name = "translation_model.ckpt"
+    names_description = "the translation model's names"
+    config_name = "translation_config.json"
+    export_tasks = ("translate",)
+
+    _named_variables = staticmethod(translation_checkpoint.translation_variables)
+    _check_fits = staticmethod(translation_checkpoint.check_checkpoint_fits)
+    _load = staticmethod(translation_checkpoint.load_translation_checkpoint)
+    _save = staticmethod(translation_checkpoint.save_translation_checkpoint)
+
+    def model_classes(self):
+        return {"translation": TranslationModel}
+
+    def checkpoint_heads(self, prefix, kind, num_labels=None):
+        """The output projection is the embedding table: every checkpoint holds it."""
+        return kind == "translation"
+
+    def load_trained(self, init_checkpoint, config_file=None, checkpoint_prefix=None):
+        """(model, config) of a translation run's output_dir (its translation_model.ckpt,
+        else its latest training checkpoint) or a checkpoint prefix; the config is
+        `config_file`, else translation_config.json beside it. `checkpoint_prefix`, when
+        given, is read instead (e.g. an averaged checkpoint)."""
+        is_folder = gfile().isdir(init_checkpoint)
+        if not config_file:
+            folder = init_checkpoint if is_folder else os.path.dirname(init_checkpoint)
+            config_file = os.path.join(folder, self.config_name)
+            if not gfile().exists(config_file):
+                raise UsageError(f"no {self.config_name} beside {init_checkpoint}; give the config file "
+                                 "(--bert_config_file)")
+        config = self.load_config(config_file)
+        source = checkpoint_prefix or (self.trained_checkpoint(init_checkpoint) if is_folder else init_checkpoint)
+        prefix = ckpt.resolve_checkpoint(source)
+        self.check_checkpoint_fits(config, prefix)
+        model = self.build_model(config, "translation", dtype="float32")
+        self.load_checkpoint(model, prefix)
+        return model, config
+
+
+TRANSLATION = TranslationFamily()
