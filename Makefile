@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # The repository's own commands run on TensorFlow; the package never sets the backend.
 export KERAS_BACKEND ?= tensorflow
 
-.PHONY: demo test test-fast venv install-tpu bench bench-keras-fit bench-serving bench-beam docs-tables clean
+.PHONY: demo test test-fast venv install-tpu bench bench-keras-fit bench-serving bench-beam bench-causal-lm docs-tables clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,17 @@ bench-beam: $(TEST_STAMP)
 	@test -n "$(CORPUS)" -a -n "$(VOCAB)" || { echo "usage: make bench-beam CORPUS=FILE VOCAB=FILE [REPEATS=N]"; exit 2; }
 	$(PY) benchmarks/benchmark_beam_pretraining.py --corpus "$(CORPUS)" --vocab "$(VOCAB)" --repeats $(or $(REPEATS),1) \
 	    --json_out benchmarks/results/beam_pretraining.json --markdown_out benchmarks/results/beam_pretraining.md
+
+# Causal LMs (docs/causal_lm.md): the training step of pre_ln / NormFormer / RealFormer /
+# both through the package's Trainer at 6 layers, 512, seq 512, batch 8; cached greedy
+# generation vs transformers' GPT-2 generate on the same weights and 2 threads, GPT-2
+# small and tiny, batch 1 and 8 (both sides come with requirements-test.txt). Run on an
+# idle machine; not yet run at these sizes (estimated 15-25 min on 2 cores).
+bench-causal-lm: $(TEST_STAMP)
+	$(PY) benchmarks/benchmark_causal_lm.py --mode step --preset issue --rounds 20 --steps 1 \
+	    --json_out benchmarks/results/causal_lm_step.json --markdown_out benchmarks/results/causal_lm_step.md
+	$(PY) benchmarks/benchmark_causal_lm.py --mode generate --rounds 10 \
+	    --json_out benchmarks/results/causal_lm_generate.json --markdown_out benchmarks/results/causal_lm_generate.md
 
 # Copy the benchmark tables from benchmarks/results/ into README.md and docs/*.md
 # (between `<!-- table: ... -->` markers); tests/test_doc_tables.py checks they match.

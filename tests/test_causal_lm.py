@@ -394,3 +394,80 @@ def _serve_without_the_package(path, prompts, tmp_path):
                           text=True, env=env, cwd=str(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- convert_checkpoint.py --model_type=causal_lm ------------------------------------------
+def _training_checkpoint(model, prefix):
+    """`model`'s weights as a training run's checkpoint holds them (Trainer's names)."""
+    from realformer_tf.training.trainer import checkpointable_weights
+
+    return tf.train.Checkpoint(model_weights=checkpointable_weights(model)).write(prefix)
+
+
+def _checkpoint_arrays(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_convert_checkpoint_writes_lm_names_and_gpt2_folders_both_ways(tmp_path):
+    """A training checkpoint -> lm_model.ckpt names and -> a GPT-2 folder; that folder
+    (its config.json the config) -> our names again: the same tensors every way."""
+    import json
+
+    import helpers_data as h
+    from realformer_tf.checkpoints import causal_lm as lm_checkpoint
+
+    model = CausalLMModel(config(layer_norm_eps=1e-5))
+    model.build()
+    ref.randomize_weights(model, 21)
+    want = {name: v.numpy() for name, v in lm_checkpoint.lm_variables(model).items()}
+    model.config.to_json_file(str(tmp_path / "lm_config.json"))
+    trained = _training_checkpoint(model, str(tmp_path / "run" / "ckpt-1"))
+    common = dict(model_type="causal_lm", bert_config_file=tmp_path / "lm_config.json")
+
+    proc = h.run_script("convert_checkpoint.py", *h.flags(input_checkpoint=trained,
+                                                          output_checkpoint=tmp_path / "lm_model.ckpt", **common))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    named = _checkpoint_arrays(str(tmp_path / "lm_model.ckpt"))
+    assert sorted(named) == sorted(want) and all(np.array_equal(named[n], want[n]) for n in want)
+
+    proc = h.run_script("convert_checkpoint.py", *h.flags(input_checkpoint=trained, output_format="hf",
+                                                          output_checkpoint=tmp_path / "gpt2", **common))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "gpt2" / "config.json").read_text())["model_type"] == "gpt2"
+    assert "warning" not in proc.stdout
+
+    proc = h.run_script("convert_checkpoint.py", "--model_type=causal_lm", f"--input_checkpoint={tmp_path / 'gpt2'}",
+                        f"--output_checkpoint={tmp_path / 'back' / 'lm_model.ckpt'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    back = _checkpoint_arrays(str(tmp_path / "back" / "lm_model.ckpt"))
+    assert sorted(back) == sorted(want) and all(np.array_equal(back[n], want[n]) for n in want)
+
+
+@pytest.mark.parametrize("case", ["realformer", "normformer", "already_named", "classifier"])
+def test_convert_checkpoint_refuses_causal_lm_cases_in_one_line(tmp_path, case):
+    """A GPT-2 folder of a variant GPT-2 does not compute, a checkpoint already under our
+    names, a task the causal LM has not: one error line, nothing written."""
+    import helpers_data as h
+    from realformer_tf.checkpoints import causal_lm as lm_checkpoint
+
+    model = CausalLMModel(config(**VARIANTS.get(case, {})))
+    model.build()
+    model.config.to_json_file(str(tmp_path / "lm_config.json"))
+    output = tmp_path / "out"
+    args = dict(model_type="causal_lm", bert_config_file=tmp_path / "lm_config.json", output_checkpoint=output,
+                input_checkpoint=_training_checkpoint(model, str(tmp_path / "run" / "ckpt-1")))
+    if case in ("realformer", "normformer"):
+        args["output_format"] = "hf"
+    elif case == "already_named":
+        args["input_checkpoint"] = lm_checkpoint.save_lm_checkpoint(model, str(tmp_path / "lm_model.ckpt"))
+    else:
+        args["task"] = "classifier"
+    proc = h.run_script("convert_checkpoint.py", *h.flags(**args))
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-2000:]
+    expected = {"realformer": "GPT-2 computes Pre-LN without residual attention or NormFormer",
+                "normformer": "GPT-2 computes Pre-LN", "already_named": "already uses the causal LM's names",
+                "classifier": "--model_type=causal_lm has no classifier model; its models: pretraining"}[case]
+    assert expected in errors[0], errors[0]
+    assert not output.exists() and not list(tmp_path.glob("out.*"))

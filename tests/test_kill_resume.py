@@ -1,7 +1,7 @@
-"""kill -9 at random points of pretraining and fine-tuning: each rerun resumes from the
-last complete checkpoint, loses at most one save interval, and the run ends with the
-weights of an uninterrupted run (same --seed: the data order is replayed and the
-dropout seeds are checkpointed).
+"""kill -9 at random points of pretraining (BERT, ETC, the causal LM) and fine-tuning:
+each rerun resumes from the last complete checkpoint, loses at most one save interval,
+and the run ends with the weights of an uninterrupted run (same --seed: the data order
+is replayed and the dropout seeds are checkpointed).
 
 Every kill is a real SIGKILL of a run_*.py subprocess, at a random step (plus a random
 delay, so some land inside a save) or during start-up; the runs that finish run in this
@@ -178,3 +178,33 @@ def test_etc_pretraining_killed_at_random_points(tmp_path):
 
     _compare_with_uninterrupted("ETC pretraining", "run_pretraining.py", args, tmp_path, steps, seed=3,
                                 kills=max(2, KILLS - 1), checkpoint="etc_model.ckpt")
+
+
+@pytest.mark.slow
+def test_causal_lm_pretraining_killed_at_random_points(tmp_path):
+    """The same guarantee for a causal LM (RealFormer + NormFormer, next-token blocks
+    from create_pretraining_data.py --objective=causal_lm; same runner, same Trainer)."""
+    import json
+
+    from realformer_tf.app import create_pretraining_data
+
+    seq, steps = 16, 24
+    vocab = h.write_vocab(tmp_path / "vocab.txt")
+    text = h.write_text(tmp_path / "train.txt", num_docs=12, seed=1)
+    records = str(tmp_path / "train.tfrecord")
+    assert create_pretraining_data.main(["create_pretraining_data.py", "--objective=causal_lm", f"--input_file={text}",
+                                         f"--vocab_file={vocab}", f"--max_seq_length={seq}",
+                                         f"--output_file={records}"]) == 0
+    config = tmp_path / "lm_config.json"
+    config.write_text(json.dumps(dict(vocab_size=h.vocab_size(), hidden_size=16, num_hidden_layers=2,
+                                      num_attention_heads=2, intermediate_size=32, max_position_embeddings=32,
+                                      residual_attention=True, layer_norm_type="normformer")))
+
+    def args(output_dir):
+        return h.flags(input_file=records, output_dir=output_dir, do_train=True, do_eval=False,
+                       bert_config_file=config, model_type="causal_lm", train_batch_size=8, max_seq_length=seq,
+                       num_train_steps=steps, num_warmup_steps=4, learning_rate=1e-3,
+                       save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1, keep_checkpoint_max=2, seed=7)
+
+    _compare_with_uninterrupted("causal LM pretraining", "run_pretraining.py", args, tmp_path, steps, seed=4,
+                                kills=max(2, KILLS - 1), checkpoint="lm_model.ckpt")

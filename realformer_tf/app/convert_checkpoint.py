@@ -1,7 +1,8 @@
 """Converts between the checkpoint formats the models read: a training checkpoint of
 run_pretraining/run_classifier/run_squad (e.g. output_dir/ckpt-2000, or output_dir for
-the latest), an original-named BERT checkpoint, and a Hugging Face BERT folder
-(config.json + model.safetensors).
+the latest), a checkpoint under a family's own names (an original-named BERT
+checkpoint; ETC's; a causal LM's lm_model.ckpt), and a Hugging Face folder
+(config.json + model.safetensors: BERT's, or GPT-2's for a causal LM).
 
   # training checkpoint -> original-named checkpoint (for the original scripts, BERT tools)
   python convert_checkpoint.py --bert_config_file=out/bert_config.json \
@@ -16,8 +17,19 @@ the latest), an original-named BERT checkpoint, and a Hugging Face BERT folder
     --input_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --output_checkpoint=/tmp/hf_bert \
     --output_format=hf --task=pretraining
 
-(Every script also takes an original-named checkpoint or a Hugging Face folder directly
-as --init_checkpoint.)
+  # causal LM (run_pretraining.py --model_type=causal_lm): training checkpoint -> lm_model.ckpt
+  python convert_checkpoint.py --model_type=causal_lm --bert_config_file=out/lm_config.json \
+    --input_checkpoint=out/ckpt-2000 --output_checkpoint=/tmp/lm_model.ckpt
+
+  # causal LM -> GPT-2 folder (GPT2LMHeadModel; Pre-LN without residual attention or
+  # NormFormer only: other variants are refused in one line), and a GPT-2 folder -> ours
+  python convert_checkpoint.py --model_type=causal_lm --bert_config_file=out/lm_config.json \
+    --input_checkpoint=out --output_checkpoint=/tmp/gpt2 --output_format=hf
+  python convert_checkpoint.py --model_type=causal_lm --input_checkpoint=/models/gpt2 \
+    --output_checkpoint=/tmp/lm_model.ckpt
+
+(Every script also takes a checkpoint under its family's names or a Hugging Face folder
+directly as --init_checkpoint.)
 """
 
 from absl import flags
@@ -34,28 +46,37 @@ from realformer_tf.families import MODEL_TYPES, get_family, variant_evidence
 def define_flags(fv):
     """The program's flags on the FlagValues `fv`."""
     flags.DEFINE_string("bert_config_file", None,
-                        "The model's bert_config.json (default: a Hugging Face input folder's config.json).", flag_values=fv)
+                        "The model's config: bert_config.json, an ETC config, or a causal LM's lm_config.json "
+                        "(default: a Hugging Face input folder's config.json).", flag_values=fv)
     flags.DEFINE_string("input_checkpoint", None,
-                        "Training checkpoint prefix or its directory (latest), an original-named "
-                        "checkpoint, or a Hugging Face BERT folder.", flag_values=fv)
+                        "Training checkpoint prefix or its directory (latest), a checkpoint under the family's "
+                        "names (original-named BERT, ETC, lm_model.ckpt), or a Hugging Face folder (BERT; GPT-2 "
+                        "with --model_type=causal_lm).", flag_values=fv)
     flags.DEFINE_string("output_checkpoint", None,
-                        "Prefix of the original-named checkpoint, or the Hugging Face folder, to write.", flag_values=fv)
+                        "Prefix of the checkpoint, or the Hugging Face folder, to write.", flag_values=fv)
     flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
-                      "checkpoint: original-named TF1 checkpoint; hf: Hugging Face folder.", flag_values=fv)
-    flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS, "Which model the checkpoint holds.", flag_values=fv)
+                      "checkpoint: a TF1 checkpoint under the family's names (BERT's original names, ETC's, the "
+                      "causal LM's lm_model.ckpt names); hf: a Hugging Face folder (BERT: BertFor*; causal_lm: "
+                      "GPT2LMHeadModel, for Pre-LN without residual attention or NormFormer only, no tokenizer "
+                      "files).", flag_values=fv)
+    flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS,
+                      "Which model the checkpoint holds (a causal LM: pretraining).", flag_values=fv)
     flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).", flag_values=fv)
-    flags.DEFINE_enum("model_type", "bert", MODEL_TYPES, "bert, or etc (then --bert_config_file is an ETC config).", flag_values=fv)
+    flags.DEFINE_enum("model_type", "bert", MODEL_TYPES,
+                      "bert; etc (--bert_config_file is an ETC config); causal_lm (an lm_config.json, or a GPT-2 "
+                      "folder as --input_checkpoint).", flag_values=fv)
     flags.DEFINE_string("vocab_file", None,
-                        "--output_format=hf: the vocab the model was trained with, written beside the weights "
+                        "--output_format=hf of BERT: the vocab the model was trained with, written beside the weights "
                         "(default: a Hugging Face input folder's vocab.txt, or the vocab_file the run recorded "
                         "in its output_dir/run_config.json).", flag_values=fv)
     flags.DEFINE_bool("do_lower_case", None,
-                      "--output_format=hf: whether the model was trained on lower-cased text (default: as "
+                      "--output_format=hf of BERT: whether the model was trained on lower-cased text (default: as "
                       "found with the vocab, else true).", flag_values=fv)
     flags.DEFINE_bool("hf_allow_variant", False,
-                      "--output_format=hf of a variant stock transformers cannot compute (residual attention, "
-                      "pre-LN, NormFormer): write it with model_type realformer_bert, which transformers "
-                      "refuses and only realformer_tf reads (default: refused).", flag_values=fv)
+                      "--output_format=hf of a BERT variant stock transformers cannot compute (residual "
+                      "attention, pre-LN, NormFormer): write it with model_type realformer_bert, which "
+                      "transformers refuses and only realformer_tf reads (default: refused). Causal LM variants "
+                      "are always refused for GPT-2 folders.", flag_values=fv)
     flags.DEFINE_bool("allow_nonfinite_weights", False,
                       "Convert a checkpoint whose weights hold NaN or Inf (e.g. to inspect a diverged run; "
                       "default: refused, naming the weights).", flag_values=fv)
@@ -63,11 +84,14 @@ def define_flags(fv):
 
 def run(f):
     """The conversion from the parsed flags `f`."""
+    family = get_family(f.model_type)
+    convert.check_family_output(family, f.task, f.output_format)
     vocab_file, do_lower_case = None, True
     if f.output_format == "hf":  # a folder, with the tokenizer the model was trained with
         outputs.check_output_dir(f.output_checkpoint, "--output_checkpoint")
-        vocab_file, do_lower_case = convert.find_tokenizer(f.input_checkpoint, f.vocab_file, f.do_lower_case)
-        check_vocab(vocab_file)
+        if family.name == "bert":  # GPT-2 folders: no tokenizer files yet (docs/causal_lm.md)
+            vocab_file, do_lower_case = convert.find_tokenizer(f.input_checkpoint, f.vocab_file, f.do_lower_case)
+            check_vocab(vocab_file)
     else:  # prefix.index, prefix.data-*
         outputs.check_output_prefix(f.output_checkpoint, "--output_checkpoint")
     config_file = f.bert_config_file
@@ -75,14 +99,13 @@ def run(f):
         config_file = f.input_checkpoint
     cli.require(config_file, "--bert_config_file is required (unless --input_checkpoint is a "
                 "Hugging Face folder with config.json)")
-    family = get_family(f.model_type)
     config = family.load_config(config_file)
     # A config without residual_attention: the weights decide (one line) or an error.
     config = variant_evidence.resolve(family, config, f.input_checkpoint,
                                       source=f"--bert_config_file={config_file}", log=print)
     print(config.describe(), flush=True)
     if f.output_format == "hf":
-        hf_checkpoint.check_exportable(config, f.output_checkpoint, f.hf_allow_variant)
+        convert.check_hf_exportable(family, config, f.output_checkpoint, f.hf_allow_variant)
         warning = convert.hf_warning(config)
         if warning:
             print(warning, flush=True)

@@ -2,8 +2,11 @@
 
 - our training checkpoints (written by the training loop every --save_checkpoints_steps,
   with optimizer state, weights keyed by their original names),
-- original-named TF1 checkpoints (what google-research/bert and other BERT tools read),
-- Hugging Face BERT folders (config.json + model.safetensors).
+- checkpoints under a family's own names (original-named TF1 checkpoints for BERT, what
+  google-research/bert and other BERT tools read; ETC's; the causal LM's `lm_model.ckpt`
+  names),
+- Hugging Face folders (config.json + model.safetensors): BERT's, and GPT-2's
+  (`GPT2LMHeadModel`) for a causal LM that GPT-2 computes.
 
 Every input is read by the family's loader (`family.load_checkpoint`) and written by
 its writer, so a conversion checks names and shapes exactly as
@@ -11,7 +14,9 @@ loading does.
 """
 
 from realformer_tf.checkpoints import bert as bert_checkpoint
+from realformer_tf.checkpoints import causal_lm as lm_checkpoint
 from realformer_tf.checkpoints import hf as hf_checkpoint
+from realformer_tf.checkpoints.hf import gpt2
 from realformer_tf.checkpoints.tf_checkpoint import is_object_based, list_checkpoint, resolve_checkpoint
 from realformer_tf.errors import CheckpointError
 from realformer_tf.errors import UsageError
@@ -19,53 +24,84 @@ from realformer_tf.families import KINDS, get_family, variant_evidence
 
 TASK_MODELS = KINDS  # pretraining, classifier, squad, encoder
 OUTPUT_FORMATS = ("checkpoint", "hf")
+# The families --output_format=hf writes, and what.
+HF_FOLDERS = {"bert": "a BERT folder (--model_type=bert)",
+              "causal_lm": "a GPT-2 folder (GPT2LMHeadModel, --model_type=causal_lm)"}
 
 
 def convert(config, source, output, task, num_labels=2, output_format="checkpoint", family=None,
             allow_variant=False, log=None, vocab_file=None, do_lower_case=True, allow_nonfinite=False):
-    """Loads `source` (a training checkpoint prefix or directory, an original-named
-    checkpoint, or a Hugging Face folder) into a `task` model of `family` (default
-    BERT; ETC too) and writes it as an original-named checkpoint at prefix `output`
-    (output_format "checkpoint") or as a Hugging Face folder `output` ("hf", BERT only;
-    `allow_variant`, `vocab_file`, `do_lower_case`: see `checkpoints.bert.save_hf_folder`).
-    A config that does not state
+    """Loads `source` (a training checkpoint prefix or directory, a checkpoint under the
+    family's names, or a Hugging Face folder) into a `task` model of `family` (default
+    BERT; ETC and the causal LM too) and writes it under the family's names at prefix
+    `output` (output_format "checkpoint") or as a Hugging Face folder `output` ("hf":
+    BERT, see `checkpoints.bert.save_hf_folder` for `allow_variant`, `vocab_file`,
+    `do_lower_case`; a causal LM as a GPT-2 folder, `checkpoints.causal_lm.
+    save_gpt2_folder`, for the variants GPT-2 computes). A config that does not state
     residual_attention is decided from the weights first (`variant_evidence`; one line
     to `log`). Weights holding NaN or Inf are refused unless `allow_nonfinite`. Returns
     (what was read, what was written).
 
     Raises:
-        CheckpointError when `source` already is an original-named checkpoint and the
-        output is one too (nothing to convert), or when it does not fit `config`.
-        VariantExportError for a Hugging Face folder of a variant without allow_variant.
+        CheckpointError when `source` already uses the family's names and the output
+        is such a checkpoint too (nothing to convert), or when it does not fit `config`.
+        VariantExportError for a Hugging Face folder of a variant without allow_variant
+        (BERT), or of a causal LM GPT-2 does not compute (always).
+        UsageError for --output_format=hf of a family without a folder format, or a
+        `task` the family has no model of.
     """
     family = family or get_family("bert")
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(f"output_format {output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}")
-    if output_format == "hf" and family.name != "bert":
-        raise UsageError(f"--output_format=hf writes BERT folders; a {family.name} model is converted "
-                         "to --output_format=checkpoint only")
+    check_family_output(family, task, output_format)
     prefix = resolve_checkpoint(source)
     already_original = not hf_checkpoint.is_hf_folder(prefix) and not is_object_based(list_checkpoint(prefix))
     if output_format == "checkpoint" and already_original:
-        raise CheckpointError(f"{prefix} already uses the original names; use it as it is")
+        names = "the original names" if family.name == "bert" else family.names_description
+        raise CheckpointError(f"{prefix} already uses {names}; use it as it is")
     config = variant_evidence.resolve(family, config, prefix, log=log)
     if output_format == "hf":
-        hf_checkpoint.check_exportable(config, output, allow_variant)  # before anything is built
+        check_hf_exportable(family, config, output, allow_variant)  # before anything is built
     model = family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
     read = family.load_checkpoint(model, prefix, allow_nonfinite=allow_nonfinite)
+    if output_format == "hf" and family.name == "causal_lm":
+        return read, lm_checkpoint.save_gpt2_folder(model, output)
     if output_format == "hf":
         return read, bert_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant,
                                                   vocab_file=vocab_file, do_lower_case=do_lower_case)
     return read, family.save_checkpoint(model, output)
+
+
+def check_family_output(family, task, output_format):
+    """Raises UsageError for a `task` the family has no model of, or a Hugging Face
+    folder of a family that has none (before anything is read)."""
+    kinds = tuple(family.model_classes())
+    if task not in kinds:
+        raise UsageError(f"--task={task}: --model_type={family.name} has no {task} model; its models: "
+                         f"{', '.join(kinds)} (use --task={kinds[0]})")
+    if output_format == "hf" and family.name not in HF_FOLDERS:
+        raise UsageError(f"--output_format=hf writes {' or '.join(HF_FOLDERS.values())}; "
+                         f"--model_type={family.name} converts to --output_format=checkpoint only")
+
+
+def check_hf_exportable(family, config, folder, allow_variant=False):
+    """Raises VariantExportError when `family`'s Hugging Face folder would compute
+    `config`'s model wrongly: BERT variants without `allow_variant`; causal LMs other
+    than GPT-2's (Pre-LN, no residual attention or NormFormer), always."""
+    if family.name == "causal_lm":
+        gpt2.check_exportable(config, folder)
+    else:
+        hf_checkpoint.check_exportable(config, folder, allow_variant)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):
     """A training checkpoint -> an original-named one (see `convert`)."""
     return convert(config, input_checkpoint, output_prefix, task, num_labels)
 
 def hf_warning(config):
-    """The line to print when a folder is written for a variant stock transformers
-    cannot compute (None for vanilla post-LN BERT)."""
-    if hf_checkpoint.stock_transformers_computes(config):
+    """The line to print when a BERT folder is written for a variant stock transformers
+    cannot compute (None for vanilla post-LN BERT, and for any causal LM: GPT-2 folders
+    are written only for what GPT-2 computes)."""
+    if getattr(config, "model_type", None) == "causal_lm" or hf_checkpoint.stock_transformers_computes(config):
         return None
     return (f"warning: {config.describe()} is not vanilla post-LN BERT. Stock Hugging Face "
             "transformers computes only that; the folder is written with model_type "
