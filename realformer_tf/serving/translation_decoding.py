@@ -10,6 +10,7 @@ A hypothesis ends at the end-of-sentence id or after `source length +
 max_extra_length` tokens (fairseq's `--max-len-a 1 --max-len-b`), capped by the
 model's positions. The length penalty is GNMT's ((5 + length) / 6) ** alpha, with
 which Model Garden ranks finished hypotheses; alpha 0 ranks by log-probability.
+Neither search emits <pad> or <s>: their probability is moved to the other tokens.
 """
 
 import numpy as np
@@ -28,6 +29,13 @@ def _source_mask(model, source_ids, source_mask):
     if source_mask is None:
         return tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32)
     return tf.cast(source_mask, tf.int32)
+
+
+def _never_pad_or_bos(logits, config):
+    """Step logits [batch, vocab] with <pad> and <s> ruled out (as fairseq's generator
+    rules out <pad>): neither is a token a translation can hold."""
+    banned = tf.reduce_any(tf.equal(tf.range(tf.shape(logits)[-1])[:, None], [[config.pad_id, config.bos_id]]), -1)
+    return tf.where(banned[None, :], tf.cast(-1e9, logits.dtype), logits)
 
 
 def _zeros_after_eos(ids, eos_id):
@@ -50,7 +58,7 @@ def beam_search(model, source_ids, source_mask=None, beam_size=4, alpha=0.6, max
     def symbols_to_logits(ids, index, cache):
         del index  # the cache's length says where the new token goes
         out = model.decode(ids[:, -1:], cache["memory"], cache["source_mask"], cache=cache["layers"])
-        return out["logits"][:, -1], dict(cache, layers=out["cache"])
+        return _never_pad_or_bos(out["logits"][:, -1], model.config), dict(cache, layers=out["cache"])
 
     length = _decode_length(model, source_mask, max_extra_length)
     sequences, scores = mg_beam_search.sequence_beam_search(
@@ -77,7 +85,7 @@ def greedy(model, source_ids, source_mask=None, max_extra_length=50):
                         cache=model.empty_cache(batch))
 
     def body(i, step_logits, cache, done, log_prob, tokens):
-        log_probs = tf.nn.log_softmax(step_logits)
+        log_probs = tf.nn.log_softmax(_never_pad_or_bos(step_logits, model.config))
         token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.gather(log_probs, token, batch_dims=1)
         log_prob += tf.where(done, 0.0, chosen)
