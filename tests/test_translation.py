@@ -235,6 +235,24 @@ def test_wide_beam_finds_the_exhaustive_best(alpha):
     np.testing.assert_allclose(out["score"].numpy()[0], best_score, rtol=1e-4)
 
 
+def test_mixed_bfloat16_model_and_searches(models):
+    """Under mixed_bfloat16 the logits stay float32 and near the float32 model's on the
+    same weights, and both searches run (Model Garden's holds its cache in float32)."""
+    model = models["admin_realformer"]
+    half = TranslationModel(model.config, dtype="mixed_bfloat16")
+    inputs = batch(seed=10)
+    half(inputs)
+    for mine, theirs in zip(half.weights, model.weights):
+        mine.assign(theirs)
+    logits = half(inputs)["logits"]
+    real = inputs["target_ids"] != 0
+    assert logits.dtype == tf.float32
+    np.testing.assert_allclose(np.asarray(logits)[real], np.asarray(model(inputs)["logits"])[real], atol=0.1)
+    beam = decoding.beam_search(half, inputs["source_ids"], beam_size=3, max_extra_length=2)
+    greedy = decoding.greedy(half, inputs["source_ids"], max_extra_length=2)
+    assert beam["ids"].shape[0] == greedy["ids"].shape[0] == 3 and np.all(np.isfinite(beam["score"].numpy()))
+
+
 # -- training pieces ------------------------------------------------------------------------
 def test_label_smoothed_loss_is_fairseqs_formula():
     from realformer_tf.jobs.tasks.translation import label_smoothed_sums
@@ -355,7 +373,7 @@ def test_journey_parallel_text_to_served_translations(tmp_path):
                         f"--predict_source_file={tmp_path}/dev.en", f"--predict_target_file={tmp_path}/dev.es",
                         "--num_train_steps=1000", "--num_warmup_steps=100", "--learning_rate=0.003",
                         "--iterations_per_loop=250", "--save_checkpoints_steps=250", "--average_last_checkpoints=2",
-                        f"--export_dir={tmp_path}/export")
+                        f"--export_dir={tmp_path}/export", "--export_beam_sizes=1,4")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Admin: residual scales profiled on the first batch" in proc.stdout
     assert "Averaged 2 checkpoints: ckpt-750, ckpt-1000" in proc.stdout
@@ -386,7 +404,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 import tensorflow as tf, tensorflow_text
 model = tf.saved_model.load(sys.argv[1])
-out = model.signatures["translate"](source=tf.constant(json.loads(sys.argv[2])))
+out = model.signatures["translate"](source=tf.constant(json.loads(sys.argv[2])), beam_size=tf.constant(4))
 print(json.dumps([t.decode() for t in out["translation"].numpy()], ensure_ascii=False))
 """
 

@@ -53,7 +53,13 @@ def define_flags(fv):
                          "evaluating (0: off).", flag_values=fv)
     flags.DEFINE_string("export_dir", None, "Write the trained model as a SavedModel (translate signature) under "
                         "export_dir/<version>.", flag_values=fv)
+    flags.DEFINE_list("export_beam_sizes", ["1", "4", "8"], "The beam sizes the SavedModel's translate signature "
+                      "serves (its beam_size input; 1: greedy). Each adds a search to the graph.", flag_values=fv)
     cli.define_model_flags(fv)
+    # The names the translation docs use, beside the BERT scripts' names.
+    flags.DEFINE_alias("source_file", "train_source_file", flag_values=fv)
+    flags.DEFINE_alias("target_file", "train_target_file", flag_values=fv)
+    flags.DEFINE_alias("config_file", "bert_config_file", flag_values=fv)
     fv.set_default("model_type", "translation")
     fv.set_default("max_seq_length", d.max_seq_length)
     fv.set_default("learning_rate", d.learning_rate)
@@ -61,7 +67,12 @@ def define_flags(fv):
 
 
 def run(fv):
-    run_translation(cli.options(TranslationOptions, fv))
+    options = cli.options(TranslationOptions, fv)
+    try:
+        options.export_beam_sizes = tuple(int(k) for k in fv.export_beam_sizes)
+    except ValueError:
+        raise cli.UsageError(f"--export_beam_sizes={','.join(fv.export_beam_sizes)}: give whole numbers, e.g. 1,4,8")
+    run_translation(options)
 
 
 def main(argv=None):

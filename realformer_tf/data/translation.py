@@ -52,21 +52,31 @@ def read_pairs(source_file, target_file):
     """[(source line, target line)] of two parallel files.
 
     Raises:
-      InputError: a missing or unreadable file, or files of different line counts.
+      InputError: a missing or unreadable file, files of different line counts (naming
+        the first line without a partner), or a pair with an empty side (naming it).
     """
     sources, targets = read_lines(source_file), read_lines(target_file)
     if len(sources) != len(targets):
-        raise InputError(f"{source_file} has {len(sources)} lines but {target_file} has {len(targets)}: parallel "
+        longer, shorter = (source_file, target_file) if len(sources) > len(targets) else (target_file, source_file)
+        raise InputError(f"{source_file} has {len(sources)} lines but {target_file} has {len(targets)}: line "
+                         f"{min(len(sources), len(targets)) + 1} of {longer} has no partner in {shorter}. Parallel "
                          "files pair line i with line i; give two files of one corpus, in one order")
     if not sources:
         raise InputError(f"{source_file} is empty: give parallel text, one sentence a line")
+    for number, (source, target) in enumerate(zip(sources, targets), 1):
+        if not source.strip() or not target.strip():
+            empty, other, text = (source_file, target_file, target) if not source.strip() else (
+                target_file, source_file, source)
+            raise InputError(f"line {number} of {empty} is empty (its partner in {other}: {text[:60]!r}); remove "
+                             "the pair from both files")
     return list(zip(sources, targets))
 
 
 def encode_pairs(pairs, encode, bos_id, eos_id, max_length, log=None):
-    """Token ids of each pair (see the module docstring), leaving out pairs with an
-    empty side or a side longer than `max_length` tokens (with its </s> or <s>);
-    `log` gets one line on what was left out. Returns a list of dicts of int32 arrays."""
+    """Token ids of each pair (see the module docstring), leaving out pairs that
+    tokenize to nothing on a side or have a side longer than `max_length` tokens (with
+    its </s> or <s>), as fairseq skips them; `log` gets one line on what was left out.
+    Returns a list of dicts of int32 arrays."""
     examples, empty, long = [], 0, 0
     for source, target in pairs:
         source_pieces, target_pieces = encode(source), encode(target)
@@ -80,7 +90,7 @@ def encode_pairs(pairs, encode, bos_id, eos_id, max_length, log=None):
                          "target_ids": np.array([bos_id] + target_pieces, np.int32),
                          "target_labels": np.array(target_pieces + [eos_id], np.int32)})
     if log and (empty or long):
-        log(f"Input: left out {empty} pair(s) with an empty side and {long} longer than {max_length} tokens "
+        log(f"Input: left out {empty} pair(s) with no token on a side and {long} longer than {max_length} tokens "
             f"(--max_seq_length); {len(examples)} kept")
     if not examples:
         raise InputError(f"no sentence pair fits --max_seq_length={max_length} ({len(pairs)} read): raise it")

@@ -296,7 +296,7 @@ SAVED_MODEL_CLI_WITH_TEXT_OPS = (
 # task -> (signature, text input, the other inputs) of the generative exports.
 TEXT_ONLY_TASKS = {
     "generate": ("generate", "prompt", ";max_new_tokens=20;temperature=0.0;top_k=0;top_p=1.0;seed=0"),
-    "translate": ("translate", "source", ""),
+    "translate": ("translate", "source", ";beam_size=4"),
 }
 
 

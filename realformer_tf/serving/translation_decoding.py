@@ -52,20 +52,23 @@ def beam_search(model, source_ids, source_mask=None, beam_size=4, alpha=0.6, max
     source_mask = _source_mask(model, source_ids, source_mask)
     batch = tf.shape(source_ids)[0]
     memory = model.encode(source_ids, source_mask)
-    # Model Garden's search wants every cached tensor in the model's float dtype.
-    cache = {"memory": memory, "source_mask": tf.cast(source_mask, memory.dtype), "layers": model.empty_cache(batch)}
+    # Model Garden's search holds the scores and every cached tensor in one dtype:
+    # float32 (the logits' dtype), the cache cast to the model's compute dtype to be used.
+    compute = memory.dtype
+    as_float32 = lambda tree: tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), tree)  # noqa: E731
+    cache = as_float32({"memory": memory, "source_mask": source_mask, "layers": model.empty_cache(batch)})
 
     def symbols_to_logits(ids, index, cache):
         del index  # the cache's length says where the new token goes
-        out = model.decode(ids[:, -1:], cache["memory"], cache["source_mask"], cache=cache["layers"])
-        return _never_pad_or_bos(out["logits"][:, -1], model.config), dict(cache, layers=out["cache"])
+        used = tf.nest.map_structure(lambda t: tf.cast(t, compute), cache)
+        out = model.decode(ids[:, -1:], used["memory"], cache["source_mask"], cache=used["layers"])
+        return _never_pad_or_bos(out["logits"][:, -1], model.config), dict(cache, layers=as_float32(out["cache"]))
 
     length = _decode_length(model, source_mask, max_extra_length)
     sequences, scores = mg_beam_search.sequence_beam_search(
         symbols_to_logits_fn=symbols_to_logits, initial_ids=tf.fill([batch], model.config.bos_id),
         initial_cache=cache, vocab_size=model.config.vocab_size, beam_size=beam_size, alpha=alpha,
-        max_decode_length=length, eos_id=model.config.eos_id, padded_decode=False,
-        dtype=model.compute_dtype)
+        max_decode_length=length, eos_id=model.config.eos_id, padded_decode=False, dtype=tf.float32)
     best = sequences[:, 0, 1:]  # the top beam, without <s>
     return {"ids": _zeros_after_eos(best, model.config.eos_id), "score": tf.cast(scores[:, 0], tf.float32)}
 

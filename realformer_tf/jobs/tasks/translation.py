@@ -104,6 +104,7 @@ class TranslationOptions(runner.RunOptions):
     max_extra_length: int = 50
     max_eval_sentences: int = 0
     average_last_checkpoints: int = 0
+    export_beam_sizes: tuple = (1, 4, 8)
 
 
 class TranslationJob(runner.Job):
@@ -128,8 +129,14 @@ class TranslationJob(runner.Job):
                 f"{o.max_seq_length}: a batch must hold the longest pair")
         require(0.0 <= o.label_smoothing < 1.0, f"--label_smoothing={o.label_smoothing}; use [0, 1)")
         require(o.beam_size >= 1, f"--beam_size={o.beam_size}; use 1 (greedy) or more")
+        require(o.export_beam_sizes and min(o.export_beam_sizes) >= 1, f"--export_beam_sizes="
+                f"{','.join(map(str, o.export_beam_sizes))}; give one or more sizes, each 1 (greedy) or more")
         require(o.average_last_checkpoints >= 0, f"--average_last_checkpoints={o.average_last_checkpoints}; use 0 "
                 "(off) or the number of checkpoints")
+        if o.average_last_checkpoints > o.keep_checkpoint_max:  # the saves averaging needs are kept
+            self.log(f"Keeping the last {o.average_last_checkpoints} checkpoints (--average_last_checkpoints), not "
+                     f"{o.keep_checkpoint_max} (--keep_checkpoint_max)")
+            o.keep_checkpoint_max = o.average_last_checkpoints
 
     def describe(self, options):
         return (f"Translation: --max_tokens={options.max_tokens} per batch, label smoothing "
@@ -220,8 +227,8 @@ class TranslationJob(runner.Job):
 
         model, _ = family.load_trained(out_dir)
         return translation_export.export_translation_model(
-            model, options.export_dir, spm_model_file=options.spm_model_file, beam_size=options.beam_size,
-            alpha=options.length_penalty, max_extra_length=options.max_extra_length)
+            model, options.export_dir, spm_model_file=options.spm_model_file, alpha=options.length_penalty,
+            max_extra_length=options.max_extra_length, beam_sizes=options.export_beam_sizes)
 
 
 def check_special_ids(spm_model_file, config):
