@@ -58,7 +58,6 @@ object (`--json_out` saves it, `--markdown_out` the table).
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -71,6 +70,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 for _path in (os.path.dirname(_HERE), _HERE):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+from bench_runtime import environment, rotated, set_threads, timed_rounds, warn_if_busy, write_outputs  # noqa: E402
 
 STEP_PRESETS = {
     "issue": dict(num_layers=6, hidden_size=512, num_heads=8, intermediate_size=2048, seq_length=512,
@@ -130,32 +131,13 @@ def parse_args(argv=None):
     return args
 
 
-def set_threads(threads):
-    """TensorFlow's intra- and inter-op thread pools (0: its default); before any op runs."""
-    import tensorflow as tf
-
-    if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
-def rotated(names, r):
-    return names[r % len(names):] + names[:r % len(names)]
 
 
-LOADAVG_START = os.getloadavg()[0]
 
 
-def _environment(args):
-    return {"threads": args.threads, "loadavg_start": LOADAVG_START, "loadavg": os.getloadavg()[0],
-            "cpus": os.cpu_count(), "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
 
-
-def warn_if_busy():
-    if LOADAVG_START >= 0.5:
-        print(f"# warning: load average {LOADAVG_START:.2f} at the start: other processes use the cores, and "
-              "the timings (transformers' most) move with them; run on an idle machine for results",
-              file=sys.stderr, flush=True)
 
 
 # -- the training step ------------------------------------------------------------------------
@@ -216,24 +198,10 @@ def measure_step(args):
             loss = float(steps[name](batch))
         print(f"# {name}: traced and warmed up in {time.perf_counter() - start:.1f}s (loss sum {loss:.1f})",
               file=sys.stderr, flush=True)
-    samples = {name: [] for name in names}
-    for r in range(args.rounds):
-        for name in rotated(names, r):
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                out = steps[name](batch)
-            float(out)  # waits for the last step
-            samples[name].append((time.perf_counter() - start) / args.steps)
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{n} {samples[n][-1] * 1e3:.1f} ms" for n in names),
-              file=sys.stderr, flush=True)
-    results = {}
-    for name, s in samples.items():
-        results[name] = {"median_ms": statistics.median(s) * 1e3, "baseline": BASELINE,
-                         "paired_ratio": statistics.median(a / b for a, b in zip(s, samples[BASELINE])),
-                         "target": STEP_TARGETS.get(name)}
+    results = timed_rounds(steps, batch, BASELINE, args.rounds, args.steps, STEP_TARGETS)
     return {"benchmark": "causal_lm_step", "mode": "step", "preset": args.preset, "shape": shape,
             "dropout": args.dropout, "jit_compile": args.jit_compile, "rounds": args.rounds, "steps": args.steps,
-            "results": results, "tensorflow": tf.__version__, **_environment(args)}
+            "results": results, "tensorflow": tf.__version__, **environment(args)}
 
 
 def step_table(result):
@@ -430,7 +398,7 @@ def measure_generate(args):
     return {"benchmark": "causal_lm_generate", "mode": "generate",
             "shapes": {s: GENERATE_SHAPES[s] for s in shapes}, "prompt_length": args.prompt_length,
             "new_tokens": args.new_tokens, "rounds": args.rounds, "calls": args.calls, "pause_s": args.pause,
-            "goal": GENERATE_GOAL, "results": rows, **versions, **_environment(args)}
+            "goal": GENERATE_GOAL, "results": rows, **versions, **environment(args)}
 
 
 def _time_batch(args, shape_name, batch, workers, np):
@@ -491,16 +459,7 @@ def main(argv=None):
     else:
         result = measure_generate(args)
         table = generate_table(result)
-    print(table)
-    if args.markdown_out:
-        with open(args.markdown_out, "w") as f:
-            f.write(table + "\n")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
-    print(json.dumps(result))
-
+    write_outputs(result, table, args.json_out, args.markdown_out)
 
 if __name__ == "__main__":
     main()

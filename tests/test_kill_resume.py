@@ -1,4 +1,4 @@
-"""kill -9 at random points of pretraining (BERT, ETC, the causal LM) and fine-tuning:
+"""kill -9 at random points of pretraining (BERT, ETC, the causal LM), translation and fine-tuning:
 each rerun resumes from the last complete checkpoint, loses at most one save interval,
 and the run ends with the weights of an uninterrupted run (same --seed: the data order
 is replayed and the dropout seeds are checkpointed).
@@ -208,3 +208,35 @@ def test_causal_lm_pretraining_killed_at_random_points(tmp_path):
 
     _compare_with_uninterrupted("causal LM pretraining", "run_pretraining.py", args, tmp_path, steps, seed=4,
                                 kills=max(2, KILLS - 1), checkpoint="lm_model.ckpt")
+
+
+@pytest.mark.slow
+def test_translation_killed_at_random_points(tmp_path):
+    """The same guarantee for translation (Admin + residual attention on the three paths,
+    dropout on; run_translation.py's --max_tokens length buckets replayed from --seed and
+    skipped to the resumed step; same runner, same Trainer)."""
+    import json
+
+    from realformer_tf.app import make_vocab
+    from test_translation import write_toy_corpus
+
+    steps = 24
+    write_toy_corpus(tmp_path, "train", 100, seed=1)  # 13 batches an epoch: the run crosses an epoch's end
+    assert make_vocab.main(["make_vocab.py", f"--input_file={tmp_path}/train.en,{tmp_path}/train.es",
+                            "--vocab_size=100", "--vocab_type=sentencepiece", "--do_lower_case=False",
+                            f"--output_file={tmp_path}/spm"]) == 0
+    config = tmp_path / "translation_config.json"
+    config.write_text(json.dumps(dict(model_type="translation", vocab_size=100, hidden_size=16, num_hidden_layers=2,
+                                      num_decoder_layers=2, num_attention_heads=2, intermediate_size=32,
+                                      max_position_embeddings=32, residual_attention=True,
+                                      admin_residual_scale=True)))
+
+    def args(output_dir):
+        return h.flags(bert_config_file=config, spm_model_file=tmp_path / "spm.model", output_dir=output_dir,
+                       train_source_file=tmp_path / "train.en", train_target_file=tmp_path / "train.es",
+                       do_train=True, max_seq_length=24, max_tokens=128, num_train_steps=steps, num_warmup_steps=4,
+                       learning_rate=1e-3, save_checkpoints_steps=SAVE_EVERY, iterations_per_loop=1,
+                       keep_checkpoint_max=2, seed=7)
+
+    _compare_with_uninterrupted("translation (Admin + RealFormer)", "run_translation.py", args, tmp_path, steps,
+                                seed=5, kills=max(2, KILLS - 1), checkpoint="translation_model.ckpt")

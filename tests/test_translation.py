@@ -420,3 +420,95 @@ def _serve_without_the_package(path, sources, tmp_path):
                           text=True, env=env, cwd=str(tmp_path), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- convert_checkpoint.py --model_type=translation ----------------------------------------
+def _training_checkpoint(model, prefix):
+    """`model`'s weights as a training run's checkpoint holds them (Trainer's names)."""
+    from realformer_tf.training.trainer import checkpointable_weights
+
+    return tf.train.Checkpoint(model_weights=checkpointable_weights(model)).write(prefix)
+
+
+def _marian_logits(folder, inputs):
+    """transformers' MarianMTModel from `folder`: its logits on a padded batch."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+
+    theirs = transformers.MarianMTModel.from_pretrained(folder).eval()
+    as_tensor = lambda ids: torch.tensor(ids, dtype=torch.long)  # noqa: E731
+    with torch.no_grad():
+        return theirs(input_ids=as_tensor(inputs["source_ids"]), attention_mask=as_tensor(inputs["source_ids"] != 0),
+                      decoder_input_ids=as_tensor(inputs["target_ids"]),
+                      decoder_attention_mask=as_tensor(inputs["target_ids"] != 0)).logits.numpy()
+
+
+def test_convert_checkpoint_writes_translation_names_and_a_marian_folder(models, tmp_path):
+    """A training checkpoint of the vanilla model -> translation_model.ckpt names (the
+    same tensors) -> a Marian folder (--output_format=hf) that transformers'
+    MarianMTModel loads and computes our logits with; --task defaults to the family's
+    one model."""
+    pytest.importorskip("transformers")
+    from realformer_tf.checkpoints import translation as translation_checkpoint
+
+    model = models["post_ln"]
+    want = {name: v.numpy() for name, v in translation_checkpoint.translation_variables(model).items()}
+    model.config.to_json_file(str(tmp_path / "translation_config.json"))
+    trained = _training_checkpoint(model, str(tmp_path / "run" / "ckpt-1"))
+    common = dict(model_type="translation", bert_config_file=tmp_path / "translation_config.json")
+
+    proc = h.run_script("convert_checkpoint.py", *h.flags(input_checkpoint=trained,
+                                                          output_checkpoint=tmp_path / "translation_model.ckpt",
+                                                          **common))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reader = tf.train.load_checkpoint(str(tmp_path / "translation_model.ckpt"))
+    named = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    assert sorted(named) == sorted(want) and all(np.array_equal(named[n], want[n]) for n in want)
+
+    proc = h.run_script("convert_checkpoint.py", *h.flags(input_checkpoint=tmp_path / "translation_model.ckpt",
+                                                          output_format="hf", output_checkpoint=tmp_path / "marian",
+                                                          **common))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning" not in proc.stdout and "Converted" in proc.stdout
+    assert json.loads((tmp_path / "marian" / "config.json").read_text())["model_type"] == "marian"
+    inputs = batch(seed=6)
+    real = inputs["target_ids"] != 0
+    ref.assert_close("convert/marian", np.asarray(model(inputs)["logits"])[real],
+                     _marian_logits(str(tmp_path / "marian"), inputs)[real], 2e-5)
+
+
+@pytest.mark.parametrize("case", ["admin", "admin_realformer", "decoder_self_path_only", "already_named",
+                                  "pretraining_task", "marian_input"])
+def test_convert_checkpoint_refuses_translation_cases_in_one_line(models, tmp_path, case):
+    """A Marian folder of a model Marian does not compute (Admin's scales, residual
+    attention on any path; --hf_allow_variant or not), a checkpoint already under our
+    names, a task the family has not, a Marian folder as the input (written, not read):
+    one error line, nothing written."""
+    from realformer_tf.checkpoints import translation as translation_checkpoint
+
+    model = models["post_ln" if case in ("already_named", "pretraining_task", "marian_input") else case]
+    model.config.to_json_file(str(tmp_path / "translation_config.json"))
+    output = tmp_path / "out"
+    trained = _training_checkpoint(model, str(tmp_path / "run" / "ckpt-1"))
+    args = dict(model_type="translation", bert_config_file=tmp_path / "translation_config.json",
+                output_checkpoint=output, input_checkpoint=trained)
+    if case == "already_named":
+        args["input_checkpoint"] = translation_checkpoint.save_translation_checkpoint(
+            model, str(tmp_path / "translation_model.ckpt"))
+    elif case == "pretraining_task":
+        args["task"] = "pretraining"
+    elif case == "marian_input":
+        del args["bert_config_file"]
+        args["input_checkpoint"] = translation_checkpoint.save_marian_folder(model, str(tmp_path / "marian"))
+    else:
+        args.update(output_format="hf", hf_allow_variant=case == "admin")
+    proc = h.run_script("convert_checkpoint.py", *h.flags(**args))
+    expected = {"admin": "this model has Admin's residual scales, which transformers' MarianMTModel would compute",
+                "admin_realformer": "this model has residual attention, Admin's residual scales",
+                "decoder_self_path_only": "this model has residual attention,",
+                "already_named": "already uses the translation model's names",
+                "pretraining_task": "--model_type=translation has no pretraining model; its models: translation",
+                "marian_input": "marian is a folder, not a translation config file"}[case]
+    marian = "hf" in args.values()
+    h.one_error_line(proc, expected, *(["Marian computes a post-LN Transformer without residual attention"] * marian))
+    assert not output.exists() and not list(tmp_path.glob("out.*"))

@@ -1,8 +1,9 @@
 """Converts between the checkpoint formats the models read: a training checkpoint of
 run_pretraining/run_classifier/run_squad (e.g. output_dir/ckpt-2000, or output_dir for
 the latest), a checkpoint under a family's own names (an original-named BERT
-checkpoint; ETC's; a causal LM's lm_model.ckpt), and a Hugging Face folder
-(config.json + model.safetensors: BERT's, or GPT-2's for a causal LM).
+checkpoint; ETC's; a causal LM's lm_model.ckpt; a translation model's
+translation_model.ckpt), and a Hugging Face folder (config.json + model.safetensors:
+BERT's, GPT-2's for a causal LM, or Marian's for a translation model).
 
   # training checkpoint -> original-named checkpoint (for the original scripts, BERT tools)
   python convert_checkpoint.py --bert_config_file=out/bert_config.json \
@@ -28,6 +29,16 @@ checkpoint; ETC's; a causal LM's lm_model.ckpt), and a Hugging Face folder
   python convert_checkpoint.py --model_type=causal_lm --input_checkpoint=/models/gpt2 \
     --output_checkpoint=/tmp/lm_model.ckpt
 
+  # translation (run_translation.py): training checkpoint -> translation_model.ckpt, and
+  # -> a Marian folder (MarianMTModel; the vanilla post-LN model only: Admin and residual
+  # attention are refused in one line; no tokenizer files)
+  python convert_checkpoint.py --model_type=translation \
+    --bert_config_file=out/translation_config.json --input_checkpoint=out/ckpt-2000 \
+    --output_checkpoint=/tmp/translation_model.ckpt
+  python convert_checkpoint.py --model_type=translation \
+    --bert_config_file=out/translation_config.json --input_checkpoint=out \
+    --output_checkpoint=/tmp/marian --output_format=hf
+
 (Every script also takes a checkpoint under its family's names or a Hugging Face folder
 directly as --init_checkpoint.)
 """
@@ -46,25 +57,28 @@ from realformer_tf.families import MODEL_TYPES, get_family, variant_evidence
 def define_flags(fv):
     """The program's flags on the FlagValues `fv`."""
     flags.DEFINE_string("bert_config_file", None,
-                        "The model's config: bert_config.json, an ETC config, or a causal LM's lm_config.json "
-                        "(default: a Hugging Face input folder's config.json).", flag_values=fv)
+                        "The model's config: bert_config.json, an ETC config, a causal LM's lm_config.json or a "
+                        "translation_config.json (default: a Hugging Face input folder's config.json).",
+                        flag_values=fv)
     flags.DEFINE_string("input_checkpoint", None,
                         "Training checkpoint prefix or its directory (latest), a checkpoint under the family's "
-                        "names (original-named BERT, ETC, lm_model.ckpt), or a Hugging Face folder (BERT; GPT-2 "
-                        "with --model_type=causal_lm).", flag_values=fv)
+                        "names (original-named BERT, ETC, lm_model.ckpt, translation_model.ckpt), or a Hugging "
+                        "Face folder (BERT; GPT-2 with --model_type=causal_lm).", flag_values=fv)
     flags.DEFINE_string("output_checkpoint", None,
                         "Prefix of the checkpoint, or the Hugging Face folder, to write.", flag_values=fv)
     flags.DEFINE_enum("output_format", "checkpoint", convert.OUTPUT_FORMATS,
                       "checkpoint: a TF1 checkpoint under the family's names (BERT's original names, ETC's, the "
-                      "causal LM's lm_model.ckpt names); hf: a Hugging Face folder (BERT: BertFor*; causal_lm: "
-                      "GPT2LMHeadModel, for Pre-LN without residual attention or NormFormer only, no tokenizer "
-                      "files).", flag_values=fv)
-    flags.DEFINE_enum("task", "pretraining", convert.TASK_MODELS,
-                      "Which model the checkpoint holds (a causal LM: pretraining).", flag_values=fv)
+                      "causal LM's lm_model.ckpt names, the translation model's translation_model.ckpt names); hf: "
+                      "a Hugging Face folder (BERT: BertFor*; causal_lm: GPT2LMHeadModel, for Pre-LN without "
+                      "residual attention or NormFormer only; translation: MarianMTModel, for post-LN without Admin "
+                      "or residual attention only; those two without tokenizer files).", flag_values=fv)
+    flags.DEFINE_enum("task", None, convert.TASK_MODELS,
+                      "Which model the checkpoint holds (default: the family's first: pretraining; translation "
+                      "for --model_type=translation).", flag_values=fv)
     flags.DEFINE_integer("num_labels", 2, "Classifier labels (task=classifier).", flag_values=fv)
     flags.DEFINE_enum("model_type", "bert", MODEL_TYPES,
                       "bert; etc (--bert_config_file is an ETC config); causal_lm (an lm_config.json, or a GPT-2 "
-                      "folder as --input_checkpoint).", flag_values=fv)
+                      "folder as --input_checkpoint); translation (a translation_config.json).", flag_values=fv)
     flags.DEFINE_string("vocab_file", None,
                         "--output_format=hf of BERT: the vocab the model was trained with, written beside the weights "
                         "(default: a Hugging Face input folder's vocab.txt, or the vocab_file the run recorded "
@@ -76,7 +90,8 @@ def define_flags(fv):
                       "--output_format=hf of a BERT variant stock transformers cannot compute (residual "
                       "attention, pre-LN, NormFormer): write it with model_type realformer_bert, which "
                       "transformers refuses and only realformer_tf reads (default: refused). Causal LM variants "
-                      "are always refused for GPT-2 folders.", flag_values=fv)
+                      "are always refused for GPT-2 folders, translation variants for Marian folders.",
+                      flag_values=fv)
     flags.DEFINE_bool("allow_nonfinite_weights", False,
                       "Convert a checkpoint whose weights hold NaN or Inf (e.g. to inspect a diverged run; "
                       "default: refused, naming the weights).", flag_values=fv)
@@ -85,11 +100,12 @@ def define_flags(fv):
 def run(f):
     """The conversion from the parsed flags `f`."""
     family = get_family(f.model_type)
-    convert.check_family_output(family, f.task, f.output_format)
+    task = f.task or next(iter(family.model_classes()))
+    convert.check_family_output(family, task, f.output_format)
     vocab_file, do_lower_case = None, True
     if f.output_format == "hf":  # a folder, with the tokenizer the model was trained with
         outputs.check_output_dir(f.output_checkpoint, "--output_checkpoint")
-        if family.name == "bert":  # GPT-2 folders: no tokenizer files yet (docs/causal_lm.md)
+        if family.hf_folder_needs_vocab:  # GPT-2 and Marian folders: no tokenizer files yet
             vocab_file, do_lower_case = convert.find_tokenizer(f.input_checkpoint, f.vocab_file, f.do_lower_case)
             check_vocab(vocab_file)
     else:  # prefix.index, prefix.data-*
@@ -106,11 +122,11 @@ def run(f):
     print(config.describe(), flush=True)
     if f.output_format == "hf":
         convert.check_hf_exportable(family, config, f.output_checkpoint, f.hf_allow_variant)
-        warning = convert.hf_warning(config)
+        warning = convert.hf_warning(config, family)
         if warning:
             print(warning, flush=True)
     source, written = convert.convert(
-        config, f.input_checkpoint, f.output_checkpoint, f.task, f.num_labels, f.output_format,
+        config, f.input_checkpoint, f.output_checkpoint, task, f.num_labels, f.output_format,
         family=family, allow_variant=f.hf_allow_variant, vocab_file=vocab_file, do_lower_case=do_lower_case,
         allow_nonfinite=f.allow_nonfinite_weights)
     print(f"Converted {source} -> {written}")

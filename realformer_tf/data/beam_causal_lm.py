@@ -26,17 +26,13 @@ The same seed and inputs give the same bytes on any runner with any number of wo
 with one shard, the bytes of the in-process output file.
 """
 
-import contextlib
 import dataclasses
-import time
 
 import numpy as np
 
-from realformer_tf.data import causal_lm, causal_lm_stream
-from realformer_tf.data.beam_pretraining import COUNTERS, ReadDocuments, WriteShard, import_beam, read_counters
-from realformer_tf.data.beam_workers import WORKER_START_NOISE, stderr_without, with_quiet_local_workers
-from realformer_tf.data.pretraining_shards import (
-    commit_shards, new_run_token, pack_batch, remove_run_temporaries, write_bucket_file)
+from realformer_tf.data import beam_pretraining, causal_lm, causal_lm_stream
+from realformer_tf.data.beam_pretraining import COUNTERS, ReadDocuments, WriteShard
+from realformer_tf.data.pretraining_shards import pack_batch, write_bucket_file
 from realformer_tf.errors import InputError
 from realformer_tf.fileio import commit, gfile, temporary_name
 
@@ -237,28 +233,8 @@ def run_pipeline(config, pipeline_args, runner):
     """Runs the pipeline on `runner` with the Beam options `pipeline_args`, then renames
     the shards into place; returns the summary (documents, tokens, examples_written,
     seconds). The input checks are the caller's, before this."""
-    beam = import_beam()
-    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
-    from apache_beam.runners.runner import PipelineState
-
-    options = PipelineOptions(with_quiet_local_workers(pipeline_args, runner), runner=runner)
-    run_token, start = new_run_token(), time.time()
-    try:
-        pipeline = beam.Pipeline(options=options)
-        local_workers = ("direct" in str(runner).lower()
-                         and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
-        build_pipeline(pipeline, config, run_token)
-        with stderr_without(WORKER_START_NOISE) if local_workers else contextlib.nullcontext():
-            result = pipeline.run()
-            state = result.wait_until_finish()  # the shards are renamed only once all are written
-        if state != PipelineState.DONE:
-            raise RuntimeError(f"the pipeline ended in state {state}; no shard was written under its final name")
-        counters = read_counters(result)
-        _check_enough_text(config, counters)
-        commit_shards(config, run_token)
-    finally:
-        remove_run_temporaries(config, run_token)
-    return dict(counters, seconds=time.time() - start)
+    return beam_pretraining.run_pipeline(config, pipeline_args, runner, build=build_pipeline,
+                                         check_counters=_check_enough_text)
 
 
 def _check_enough_text(config, counters):

@@ -348,9 +348,20 @@ def build_pipeline(pipeline, config, run_token):
     )
 
 
-def run_pipeline(config, pipeline_args, runner):
-    """Runs the pipeline on `runner` with the Beam options `pipeline_args` (a command
-    line's unparsed flags), then renames the shards into place; returns the summary.
+def _check_examples_written(config, counters):
+    """No example written: one line, and no shard under its final name (a runner
+    without metrics: no check)."""
+    if counters and not counters.get("examples_written"):
+        raise InputError(f"--input_file {','.join(config.input_files)} yielded no text to build examples "
+                         "from; no shard was written")
+
+
+def run_pipeline(config, pipeline_args, runner, build=None, check_counters=_check_examples_written):
+    """Runs the pipeline (`build(pipeline, config, run_token)`, default this module's
+    masked-LM `build_pipeline`) on `runner` with the Beam options `pipeline_args` (a
+    command line's unparsed flags), checks its counters (`check_counters(config,
+    counters)` raises for output that must not be committed), then renames the shards
+    into place; returns the summary (the counters and `seconds`).
 
     The input checks (files exist, UTF-8, vocab, output path) are the caller's, before
     this: a bad input must not cost a pipeline start.
@@ -365,7 +376,7 @@ def run_pipeline(config, pipeline_args, runner):
         pipeline = beam.Pipeline(options=options)
         local_workers = ("direct" in str(runner).lower()
                          and options.view_as(DirectOptions).direct_running_mode == "multi_processing")
-        build_pipeline(pipeline, config, run_token)
+        (build or build_pipeline)(pipeline, config, run_token)
         with stderr_without(WORKER_START_NOISE) if local_workers else contextlib.nullcontext():
             result = pipeline.run()
             # Waited for even with --no_wait_until_finish: the shards are renamed into
@@ -374,9 +385,7 @@ def run_pipeline(config, pipeline_args, runner):
         if state != PipelineState.DONE:
             raise RuntimeError(f"the pipeline ended in state {state}; no shard was written under its final name")
         counters = read_counters(result)
-        if counters and not counters.get("examples_written"):  # (a runner without metrics: no check)
-            raise InputError(f"--input_file {','.join(config.input_files)} yielded no text to build examples "
-                             "from; no shard was written")
+        check_counters(config, counters)
         commit_shards(config, run_token)
     finally:
         remove_run_temporaries(config, run_token)

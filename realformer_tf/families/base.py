@@ -11,14 +11,18 @@ import tensorflow as tf
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import UsageError
 
-# What a job asks a family to build.
-KINDS = ("pretraining", "classifier", "squad", "encoder", "translation")
+# What the BERT-layout jobs ask a family to build (a family's own kinds beyond these,
+# e.g. the translation model's "translation", are the keys of its `model_classes`).
+KINDS = ("pretraining", "classifier", "squad", "encoder")
 
 
 class ModelFamily:
     """One kind of model. Subclasses set the class attributes and implement
     `model_classes` and the checkpoint functions (`_load`, `_save`, `_check_fits`,
-    `_named_variables`), which their `checkpoints` module provides.
+    `_named_variables`), which their `checkpoints` module provides; a family with a
+    Hugging Face folder format sets `hf_folder_description` and implements
+    `check_hf_exportable` and `save_hf_folder` (and `hf_warning` where it writes
+    variants transformers refuses).
 
     Attributes:
         name: the `--model_type` value.
@@ -34,6 +38,11 @@ class ModelFamily:
         export_tasks: the tasks `realformer_tf.serving.export` can serve for this family.
         static_length: whether the model needs every batch padded to max_seq_length
             (ETC's blocked layout and fixed global tokens); the serving graph pads then.
+        hf_folder_description: what `save_hf_folder` writes, for messages (e.g. "a
+            GPT-2 folder (GPT2LMHeadModel, --model_type=causal_lm)"); None for a family
+            without a Hugging Face folder format.
+        hf_folder_needs_vocab: whether that folder carries the tokenizer (BERT's
+            vocab.txt), so a conversion must find the vocab the model was trained with.
     """
 
     name = None
@@ -46,6 +55,8 @@ class ModelFamily:
     config_name = None
     export_tasks = ()
     static_length = False
+    hf_folder_description = None
+    hf_folder_needs_vocab = False
 
     # -- models -----------------------------------------------------------------------
     def model_classes(self):
@@ -54,7 +65,7 @@ class ModelFamily:
         raise NotImplementedError
 
     def build_model(self, config, kind, num_labels=None, dtype=None):
-        """The Keras model of `kind` (one of KINDS): the family's one builder."""
+        """The Keras model of `kind` (a key of `model_classes`): the family's one builder."""
         classes = self.model_classes()
         if kind not in classes:
             raise ValueError(f"kind {kind!r} is not one of {', '.join(classes)}")
@@ -173,3 +184,27 @@ class ModelFamily:
         training checkpoint (output_dir itself)."""
         final = os.path.join(output_dir, self.checkpoint_name)
         return final if tf.io.gfile.exists(final + ".index") else output_dir
+
+    # -- Hugging Face folders ---------------------------------------------------------
+    def check_hf_exportable(self, config, folder, allow_variant=False):
+        """Raises VariantExportError when the family's Hugging Face folder at `folder`
+        would compute `config`'s model wrongly (`allow_variant`: write a variant anyway,
+        where the family has a format of its own for it), before anything is built or
+        written; UsageError for a family without a folder format."""
+        raise UsageError(f"--model_type={self.name} has no Hugging Face folder format")
+
+    def hf_warning(self, config):
+        """The line to print before writing `config`'s model as a Hugging Face folder
+        (None: nothing to warn about)."""
+        return None
+
+    def save_hf_folder(self, model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
+        """Writes `model` as the family's Hugging Face folder; returns the folder.
+        `vocab_file` / `do_lower_case`: the tokenizer files, for a family whose folder
+        carries them (BERT); the others take them for the common signature only.
+
+        Raises:
+            VariantExportError as `check_hf_exportable`; UsageError for a family without
+            a folder format.
+        """
+        raise UsageError(f"--model_type={self.name} has no Hugging Face folder format")

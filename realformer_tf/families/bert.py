@@ -27,6 +27,8 @@ class BertFamily(ModelFamily):
     names_description = "the original BERT variable names"
     config_name = "bert_config.json"
     export_tasks = ("classifier", "squad", "encoder")
+    hf_folder_description = "a BERT folder (--model_type=bert)"
+    hf_folder_needs_vocab = True
 
     _named_variables = staticmethod(bert_checkpoint.bert_variables)
     _check_fits = staticmethod(bert_checkpoint.check_checkpoint_fits)
@@ -49,6 +51,26 @@ class BertFamily(ModelFamily):
     def read_config(self, path):
         """A bert_config.json, or a Hugging Face folder / config.json (translated)."""
         return hf.load_bert_config(path)
+
+    def check_hf_exportable(self, config, folder, allow_variant=False):
+        """A variant stock transformers does not compute only with `allow_variant`."""
+        hf.check_exportable(config, folder, allow_variant)
+
+    def hf_warning(self, config):
+        """A line for a folder of a variant stock transformers cannot compute (written
+        with `allow_variant`); None for vanilla post-LN BERT."""
+        if hf.stock_transformers_computes(config):
+            return None
+        return (f"warning: {config.describe()} is not vanilla post-LN BERT. Stock Hugging Face "
+                "transformers computes only that; the folder is written with model_type "
+                f"{hf.VARIANT_MODEL_TYPE!r}, which transformers refuses; only realformer_tf reads it "
+                "back exactly (config.json carries our fields).")
+
+    def save_hf_folder(self, model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
+        """`checkpoints.bert.save_hf_folder`: BertFor* (or, with `allow_variant`, our
+        variant's model_type), with the tokenizer files of `vocab_file`."""
+        return bert_checkpoint.save_hf_folder(model, folder, allow_variant=allow_variant, vocab_file=vocab_file,
+                                              do_lower_case=do_lower_case)
 
 
 BERT = BertFamily()

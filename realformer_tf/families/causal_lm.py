@@ -28,6 +28,7 @@ class CausalLMFamily(ModelFamily):
     names_description = "the causal LM's names"
     config_name = "lm_config.json"
     export_tasks = ("generate",)
+    hf_folder_description = "a GPT-2 folder (GPT2LMHeadModel, --model_type=causal_lm)"
 
     _named_variables = staticmethod(lm_checkpoint.lm_variables)
     _check_fits = staticmethod(lm_checkpoint.check_checkpoint_fits)
@@ -48,6 +49,16 @@ class CausalLMFamily(ModelFamily):
         """A causal LM's output projection is its embedding table: every checkpoint of
         one holds its "head"."""
         return kind == "pretraining"
+
+    def check_hf_exportable(self, config, folder, allow_variant=False):
+        """GPT-2 computes Pre-LN without residual attention or NormFormer: other
+        variants are refused, `allow_variant` or not (GPT-2 folders have no variant)."""
+        gpt2.check_exportable(config, folder)
+
+    def save_hf_folder(self, model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
+        """A `GPT2LMHeadModel` folder (`checkpoints.causal_lm.save_gpt2_folder`; no
+        tokenizer files)."""
+        return lm_checkpoint.save_gpt2_folder(model, folder)
 
 
 def load_trained(init_checkpoint, config_file=None):

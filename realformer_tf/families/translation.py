@@ -11,7 +11,8 @@ import os
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints import translation as translation_checkpoint
-from realformer_tf.errors import UsageError
+from realformer_tf.checkpoints.hf import marian
+from realformer_tf.errors import ConfigError, UsageError
 from realformer_tf.families.base import ModelFamily
 from realformer_tf.fileio import gfile
 from realformer_tf.models.translation.config import TranslationConfig
@@ -29,6 +30,7 @@ class TranslationFamily(ModelFamily):
     names_description = "the translation model's names"
     config_name = "translation_config.json"
     export_tasks = ("translate",)
+    hf_folder_description = "a Marian folder (MarianMTModel, --model_type=translation)"
 
     _named_variables = staticmethod(translation_checkpoint.translation_variables)
     _check_fits = staticmethod(translation_checkpoint.check_checkpoint_fits)
@@ -41,6 +43,25 @@ class TranslationFamily(ModelFamily):
     def checkpoint_heads(self, prefix, kind, num_labels=None):
         """The output projection is the embedding table: every checkpoint holds it."""
         return kind == "translation"
+
+    def read_config(self, path):
+        """A translation config file (a folder, e.g. a Marian folder, is refused: it
+        describes no model of ours)."""
+        if gfile().isdir(path):
+            raise ConfigError(f"{path} is a folder, not a translation config file: give the config JSON the run "
+                              f"wrote ({self.config_name}; --bert_config_file). Marian folders are written "
+                              "(convert_checkpoint.py --output_format=hf), not read")
+        return super().read_config(path)
+
+    def check_hf_exportable(self, config, folder, allow_variant=False):
+        """Marian computes the post-LN model without Admin or residual attention: other
+        variants are refused, `allow_variant` or not (Marian folders have no variant)."""
+        marian.check_exportable(config, folder)
+
+    def save_hf_folder(self, model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
+        """A `MarianMTModel` folder (`checkpoints.translation.save_marian_folder`; no
+        tokenizer files)."""
+        return translation_checkpoint.save_marian_folder(model, folder)
 
     def load_trained(self, init_checkpoint, config_file=None, checkpoint_prefix=None):
         """(model, config) of a translation run's output_dir (its translation_model.ckpt,

@@ -4,49 +4,51 @@
   with optimizer state, weights keyed by their original names),
 - checkpoints under a family's own names (original-named TF1 checkpoints for BERT, what
   google-research/bert and other BERT tools read; ETC's; the causal LM's `lm_model.ckpt`
-  names),
-- Hugging Face folders (config.json + model.safetensors): BERT's, and GPT-2's
-  (`GPT2LMHeadModel`) for a causal LM that GPT-2 computes.
+  names; the translation model's `translation_model.ckpt` names),
+- Hugging Face folders (config.json + model.safetensors): BERT's, GPT-2's
+  (`GPT2LMHeadModel`) for a causal LM that GPT-2 computes, Marian's (`MarianMTModel`)
+  for a translation model that Marian computes.
 
 Every input is read by the family's loader (`family.load_checkpoint`) and written by
-its writer, so a conversion checks names and shapes exactly as
-loading does.
+its writer (`family.save_checkpoint`, `family.save_hf_folder`), so a conversion checks
+names and shapes exactly as loading does.
 """
 
-from realformer_tf.checkpoints import bert as bert_checkpoint
-from realformer_tf.checkpoints import causal_lm as lm_checkpoint
 from realformer_tf.checkpoints import hf as hf_checkpoint
-from realformer_tf.checkpoints.hf import gpt2
 from realformer_tf.checkpoints.tf_checkpoint import is_object_based, list_checkpoint, resolve_checkpoint
 from realformer_tf.errors import CheckpointError
 from realformer_tf.errors import UsageError
-from realformer_tf.families import KINDS, get_family, variant_evidence
+from realformer_tf.families import FAMILIES, KINDS, get_family, variant_evidence
 
-TASK_MODELS = KINDS  # pretraining, classifier, squad, encoder
+# Every family's kinds: pretraining, classifier, squad, encoder (KINDS), translation.
+TASK_MODELS = tuple(dict.fromkeys(KINDS + tuple(k for f in FAMILIES.values() for k in f.model_classes())))
 OUTPUT_FORMATS = ("checkpoint", "hf")
-# The families --output_format=hf writes, and what.
-HF_FOLDERS = {"bert": "a BERT folder (--model_type=bert)",
-              "causal_lm": "a GPT-2 folder (GPT2LMHeadModel, --model_type=causal_lm)"}
+# The families --output_format=hf writes, and what (`ModelFamily.hf_folder_description`).
+HF_FOLDERS = {name: family.hf_folder_description for name, family in FAMILIES.items()
+              if family.hf_folder_description}
 
 
 def convert(config, source, output, task, num_labels=2, output_format="checkpoint", family=None,
             allow_variant=False, log=None, vocab_file=None, do_lower_case=True, allow_nonfinite=False):
     """Loads `source` (a training checkpoint prefix or directory, a checkpoint under the
     family's names, or a Hugging Face folder) into a `task` model of `family` (default
-    BERT; ETC and the causal LM too) and writes it under the family's names at prefix
-    `output` (output_format "checkpoint") or as a Hugging Face folder `output` ("hf":
-    BERT, see `checkpoints.bert.save_hf_folder` for `allow_variant`, `vocab_file`,
+    BERT; ETC, the causal LM and the translation model too) and writes it under the
+    family's names at prefix `output` (output_format "checkpoint") or as the family's
+    Hugging Face folder `output` ("hf", `family.save_hf_folder`: BERT, see
+    `checkpoints.bert.save_hf_folder` for `allow_variant`, `vocab_file`,
     `do_lower_case`; a causal LM as a GPT-2 folder, `checkpoints.causal_lm.
-    save_gpt2_folder`, for the variants GPT-2 computes). A config that does not state
-    residual_attention is decided from the weights first (`variant_evidence`; one line
-    to `log`). Weights holding NaN or Inf are refused unless `allow_nonfinite`. Returns
-    (what was read, what was written).
+    save_gpt2_folder`, for the variants GPT-2 computes; a translation model as a Marian
+    folder, `checkpoints.translation.save_marian_folder`, for the variants Marian
+    computes). A config that does not state residual_attention is decided from the
+    weights first (`variant_evidence`; one line to `log`). Weights holding NaN or Inf
+    are refused unless `allow_nonfinite`. Returns (what was read, what was written).
 
     Raises:
         CheckpointError when `source` already uses the family's names and the output
         is such a checkpoint too (nothing to convert), or when it does not fit `config`.
         VariantExportError for a Hugging Face folder of a variant without allow_variant
-        (BERT), or of a causal LM GPT-2 does not compute (always).
+        (BERT), or of a causal LM GPT-2 (a translation model Marian) does not compute
+        (always).
         UsageError for --output_format=hf of a family without a folder format, or a
         `task` the family has no model of.
     """
@@ -64,11 +66,9 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
         check_hf_exportable(family, config, output, allow_variant)  # before anything is built
     model = family.build_model(config, task, num_labels=num_labels if task == "classifier" else None)
     read = family.load_checkpoint(model, prefix, allow_nonfinite=allow_nonfinite)
-    if output_format == "hf" and family.name == "causal_lm":
-        return read, lm_checkpoint.save_gpt2_folder(model, output)
     if output_format == "hf":
-        return read, bert_checkpoint.save_hf_folder(model, output, allow_variant=allow_variant,
-                                                  vocab_file=vocab_file, do_lower_case=do_lower_case)
+        return read, family.save_hf_folder(model, output, allow_variant=allow_variant, vocab_file=vocab_file,
+                                           do_lower_case=do_lower_case)
     return read, family.save_checkpoint(model, output)
 
 
@@ -79,34 +79,32 @@ def check_family_output(family, task, output_format):
     if task not in kinds:
         raise UsageError(f"--task={task}: --model_type={family.name} has no {task} model; its models: "
                          f"{', '.join(kinds)} (use --task={kinds[0]})")
-    if output_format == "hf" and family.name not in HF_FOLDERS:
+    if output_format == "hf" and not family.hf_folder_description:
         raise UsageError(f"--output_format=hf writes {' or '.join(HF_FOLDERS.values())}; "
                          f"--model_type={family.name} converts to --output_format=checkpoint only")
 
 
 def check_hf_exportable(family, config, folder, allow_variant=False):
     """Raises VariantExportError when `family`'s Hugging Face folder would compute
-    `config`'s model wrongly: BERT variants without `allow_variant`; causal LMs other
-    than GPT-2's (Pre-LN, no residual attention or NormFormer), always."""
-    if family.name == "causal_lm":
-        gpt2.check_exportable(config, folder)
-    else:
-        hf_checkpoint.check_exportable(config, folder, allow_variant)
+    `config`'s model wrongly (`family.check_hf_exportable`): BERT variants without
+    `allow_variant`; causal LMs other than GPT-2's (Pre-LN, no residual attention or
+    NormFormer) and translation models other than Marian's (post-LN, no Admin or
+    residual attention), always."""
+    family.check_hf_exportable(config, folder, allow_variant)
 
 def training_to_original(config, input_checkpoint, output_prefix, task, num_labels=2):
     """A training checkpoint -> an original-named one (see `convert`)."""
     return convert(config, input_checkpoint, output_prefix, task, num_labels)
 
-def hf_warning(config):
-    """The line to print when a BERT folder is written for a variant stock transformers
-    cannot compute (None for vanilla post-LN BERT, and for any causal LM: GPT-2 folders
-    are written only for what GPT-2 computes)."""
-    if getattr(config, "model_type", None) == "causal_lm" or hf_checkpoint.stock_transformers_computes(config):
-        return None
-    return (f"warning: {config.describe()} is not vanilla post-LN BERT. Stock Hugging Face "
-            "transformers computes only that; the folder is written with model_type "
-            f"{hf_checkpoint.VARIANT_MODEL_TYPE!r}, which transformers refuses; only realformer_tf reads it "
-            "back exactly (config.json carries our fields).")
+def hf_warning(config, family=None):
+    """The line to print when a Hugging Face folder is written for `config`
+    (`family.hf_warning`; `family` default: the one whose config `config` is): a BERT
+    variant stock transformers cannot compute; None for vanilla post-LN BERT, and for
+    any causal LM or translation model (GPT-2 and Marian folders are written only for
+    what those compute)."""
+    if family is None:
+        family = next((f for f in FAMILIES.values() if type(config) is f.config_class), get_family("bert"))
+    return family.hf_warning(config)
 
 
 def find_tokenizer(input_checkpoint, vocab_file=None, do_lower_case=None):

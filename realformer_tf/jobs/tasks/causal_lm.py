@@ -20,7 +20,7 @@ from realformer_tf.data import causal_lm as data
 from realformer_tf.data import integrity
 from realformer_tf.errors import require
 from realformer_tf.jobs import outputs, runner
-from realformer_tf.training.task import Task
+from realformer_tf.jobs.tasks.pretraining import PretrainingTask
 
 
 def next_token_sums(input_ids, logits, input_mask=None):
@@ -41,22 +41,15 @@ def perplexity_lines(results):
     return dict(results, perplexity=math.exp(min(loss, 700.0)), bits_per_token=loss / math.log(2.0))
 
 
-class CausalLMTask(Task):
-    """Loss = mean next-token NLL over the block's predictions."""
+class CausalLMTask(PretrainingTask):
+    """Loss = mean next-token NLL over the block's predictions. The model and its
+    initialization are a pretraining task's (the family's "pretraining" model)."""
 
     metric_names = ("lm_loss", "lm_accuracy")
     loss_terms = ("lm_loss",)
 
     def __init__(self, config, family, init_checkpoint=None):
-        self.config, self.family, self.init_checkpoint = config, family, init_checkpoint
-
-    def build_model(self):
-        return self.family.build_model(self.config, "pretraining")
-
-    def initialize(self, model):
-        if not self.init_checkpoint:
-            return None
-        return self.family.initialize(model, "pretraining", self.init_checkpoint)[0]
+        super().__init__(config, init_checkpoint, family)
 
     def metric_sums(self, features, outputs):
         return next_token_sums(features["input_ids"], outputs["logits"], features.get("input_mask"))

@@ -1,0 +1,69 @@
+"""What the step benchmarks share: thread pools, the machine's load, interleaved timed
+rounds with paired ratios, and writing the table and the JSON."""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+LOADAVG_START = os.getloadavg()[0]
+
+
+def set_threads(threads):
+    """TensorFlow's intra- and inter-op thread pools (0: its default); before any op runs."""
+    import tensorflow as tf
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def rotated(names, r):
+    """`names` starting at round `r`'s position, so no variant always runs first."""
+    return names[r % len(names):] + names[:r % len(names)]
+
+
+def environment(args):
+    """The run's threads, load averages, cores and command line, for its JSON."""
+    return {"threads": args.threads, "loadavg_start": LOADAVG_START, "loadavg": os.getloadavg()[0],
+            "cpus": os.cpu_count(), "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+
+
+def warn_if_busy():
+    if LOADAVG_START >= 0.5:
+        print(f"# warning: load average {LOADAVG_START:.2f} at the start: other processes use the cores and the "
+              "timings move with them; run on an idle machine for results", file=sys.stderr, flush=True)
+
+
+def timed_rounds(steps, batch, baseline, rounds, steps_per_round, targets=None):
+    """Times `steps[name](batch)` (each returning a tensor to wait on) over `rounds`
+    interleaved rounds (rotated start), `steps_per_round` calls each. Returns {name:
+    {median_ms, baseline, paired_ratio (median over rounds of name / baseline), target}}."""
+    names = list(steps)
+    samples = {name: [] for name in names}
+    for r in range(rounds):
+        for name in rotated(names, r):
+            start = time.perf_counter()
+            for _ in range(steps_per_round):
+                out = steps[name](batch)
+            float(out)  # waits for the last step
+            samples[name].append((time.perf_counter() - start) / steps_per_round)
+        print(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {samples[n][-1] * 1e3:.1f} ms" for n in names),
+              file=sys.stderr, flush=True)
+    return {name: {"median_ms": statistics.median(s) * 1e3, "baseline": baseline,
+                   "paired_ratio": statistics.median(a / b for a, b in zip(s, samples[baseline])),
+                   "target": (targets or {}).get(name)} for name, s in samples.items()}
+
+
+def write_outputs(result, table, json_out=None, markdown_out=None):
+    """Prints the table, writes it and the JSON where asked, and prints the JSON last."""
+    print(table)
+    if markdown_out:
+        with open(markdown_out, "w") as f:
+            f.write(table + "\n")
+    if json_out:
+        with open(json_out, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+    print(json.dumps(result))
