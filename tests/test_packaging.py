@@ -97,17 +97,30 @@ def _imported_roots(source):
     return roots
 
 
+# The Hugging Face remote code of the BERT variants: package data the writer copies into
+# folders, for transformers (torch) to run; the package never imports it.
+REMOTE_CODE = ("realformer_tf/checkpoints/hf/remote_code/configuration_realformer_bert.py",
+               "realformer_tf/checkpoints/hf/remote_code/modeling_realformer_bert.py")
+
+
 def test_wheel_holds_no_study_code(wheel):
     """The seeded study and its PyTorch peers stay in the repository (experiments/): the
     wheel holds no realformer_tf.research module, nothing of experiments/, and no file
-    that imports torch or x_transformers."""
+    that imports torch or x_transformers but the Hugging Face remote code, which it
+    ships (as data: no package of its own)."""
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
     assert not [n for n in names if n.startswith(("realformer_tf/research/", "experiments/"))]
     assert "realformer_tf/analysis/attention_stats.py" in names  # the user feature stays
     study_imports = {n: _imported_roots(archive.read(n)) & {"torch", "x_transformers", "experiments"}
-                     for n in names if n.endswith(".py")}
+                     for n in names if n.endswith(".py") and n not in REMOTE_CODE}
     assert not {n: roots for n, roots in study_imports.items() if roots}
+    assert set(REMOTE_CODE) <= set(names)
+    assert not [n for n in names if n.startswith("realformer_tf/checkpoints/hf/remote_code/__init__")]
+    for name in REMOTE_CODE:
+        with open(os.path.join(h.ROOT, name), "rb") as f:
+            assert archive.read(name) == f.read(), name
+        assert _imported_roots(archive.read(name)) <= {"torch", "transformers"}, name
 
 
 HELP_OF_EVERY_CONSOLE_SCRIPT = r"""

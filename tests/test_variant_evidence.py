@@ -299,7 +299,7 @@ def test_script_without_evidence_stops_with_one_error_line(models, tmp_path):
     assert not os.path.exists(tmp_path / "again" / "run_config.json")  # stopped before claiming output_dir
 
 
-# -- Hugging Face exports of variants: refused, or written so that transformers refuses ---
+# -- Hugging Face exports of variants: refused, or written with their own remote code -----
 def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactly(tmp_path):
     from realformer_tf import modeling
     from realformer_tf.checkpoints import hf as hf_checkpoint
@@ -326,18 +326,25 @@ def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactl
     assert json.load(open(os.path.join(plain, "config.json")))["model_type"] == "bert"
 
 
-def test_transformers_refuses_a_variant_folder(tmp_path):
+def test_transformers_loads_a_variant_folder_only_with_trust_remote_code(tmp_path, monkeypatch):
+    """Without trust_remote_code transformers' Auto classes refuse the folder (its model
+    type is none of theirs; they never compute plain BERT from it). With it they run the
+    folder's own code: tests/test_hf_remote_code.py."""
     transformers = pytest.importorskip("transformers")
+    from transformers import dynamic_module_utils
+
     from realformer_tf import modeling
 
+    monkeypatch.setattr(dynamic_module_utils, "TIME_OUT_REMOTE_CODE", 0)  # refused at once, never a prompt
     folder = bert_checkpoint.save_hf_folder(modeling.BertModel(h.tiny_config()), str(tmp_path / "hf"), allow_variant=True)
-    with pytest.raises(ValueError, match="realformer_bert"):
-        transformers.AutoModel.from_pretrained(folder)
+    for auto_class in (transformers.AutoConfig, transformers.AutoModel):
+        with pytest.raises(ValueError, match="trust_remote_code=True"):
+            auto_class.from_pretrained(folder)
 
 
 def test_convert_checkpoint_says_once_that_a_variant_folder_is_written(tmp_path, caplog):
-    """--hf_allow_variant: one `warning:` line that the folder is for realformer_tf only,
-    not a second one logged by the writer (absl's log lines reach pytest's log capture,
+    """--hf_allow_variant: one `warning:` line saying what the variant's folder is, not a
+    second one logged by the writer (absl's log lines reach pytest's log capture,
     a terminal's stderr otherwise)."""
     from realformer_tf import modeling
 

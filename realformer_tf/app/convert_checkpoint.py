@@ -88,8 +88,9 @@ def define_flags(fv):
                       "found with the vocab, else true).", flag_values=fv)
     flags.DEFINE_bool("hf_allow_variant", False,
                       "--output_format=hf of a BERT variant stock transformers cannot compute (residual "
-                      "attention, pre-LN, NormFormer): write it with model_type realformer_bert, which "
-                      "transformers refuses and only realformer_tf reads (default: refused). Causal LM variants "
+                      "attention, pre-LN, NormFormer): write it with model_type realformer_bert and the PyTorch "
+                      "code that computes it, which transformers loads with trust_remote_code=True "
+                      "(default: refused). Causal LM variants "
                       "are always refused for GPT-2 folders, translation variants for Marian folders.",
                       flag_values=fv)
     flags.DEFINE_bool("allow_nonfinite_weights", False,

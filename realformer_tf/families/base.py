@@ -22,7 +22,7 @@ class ModelFamily:
     `_named_variables`), which their `checkpoints` module provides; a family with a
     Hugging Face folder format sets `hf_folder_description` and implements
     `check_hf_exportable` and `save_hf_folder` (and `hf_warning` where it writes
-    variants transformers refuses).
+    variants stock transformers does not compute).
 
     Attributes:
         name: the `--model_type` value.

@@ -58,13 +58,8 @@ class BertFamily(ModelFamily):
 
     def hf_warning(self, config):
         """A line for a folder of a variant stock transformers cannot compute (written
-        with `allow_variant`); None for vanilla post-LN BERT."""
-        if hf.stock_transformers_computes(config):
-            return None
-        return (f"warning: {config.describe()} is not vanilla post-LN BERT. Stock Hugging Face "
-                "transformers computes only that; the folder is written with model_type "
-                f"{hf.VARIANT_MODEL_TYPE!r}, which transformers refuses; only realformer_tf reads it "
-                "back exactly (config.json carries our fields).")
+        with `allow_variant`, with its remote code); None for vanilla post-LN BERT."""
+        return None if hf.stock_transformers_computes(config) else hf.variant_folder_warning(config)
 
     def save_hf_folder(self, model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
         """`checkpoints.bert.save_hf_folder`: BertFor* (or, with `allow_variant`, our

@@ -1,6 +1,7 @@
 """The Hugging Face `config.json` dialect of BERT, both ways: which settings this package
 computes, their translation to and from `BertConfig`, and which configs may be
-exported for stock `transformers` (the export policy).
+exported for stock `transformers` (the export policy); variants get model_type
+"realformer_bert" and an auto_map naming the remote code written beside them.
 
     config = hf.config_from_hf_dict(json.load(open("folder/config.json")))
     values = hf.config_to_hf_dict(config, "BertForSequenceClassification")
@@ -18,10 +19,24 @@ from realformer_tf.models.config import read_json_file
 CONFIG_NAME = "config.json"
 # model_type of the folders `save_hf_folder(..., allow_variant=True)` writes for
 # variants stock transformers cannot compute: a type transformers does not know, so
-# that AutoModel / AutoConfig refuse the folder instead of computing plain BERT.
+# that its own BERT never loads them (it would compute plain BERT). The folder carries
+# the PyTorch code that computes them (`remote_code/`), named by config.json's auto_map:
+# transformers runs it with trust_remote_code=True.
 VARIANT_MODEL_TYPE = "realformer_bert"
 VARIANT_ARCHITECTURE_PREFIX = "RealFormerTf"
 WEIGHTS_NAME = "model.safetensors"
+# The remote code's files (package data, copied into variant folders; never imported by
+# this package, which does not depend on torch) and the class each Auto class loads.
+REMOTE_CODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "remote_code")
+REMOTE_CODE_FILES = ("configuration_realformer_bert.py", "modeling_realformer_bert.py")
+VARIANT_AUTO_MAP = {
+    "AutoConfig": "configuration_realformer_bert.RealFormerTfBertConfig",
+    "AutoModel": "modeling_realformer_bert.RealFormerTfBertModel",
+    "AutoModelForPreTraining": "modeling_realformer_bert.RealFormerTfBertForPreTraining",
+    "AutoModelForMaskedLM": "modeling_realformer_bert.RealFormerTfBertForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_realformer_bert.RealFormerTfBertForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_realformer_bert.RealFormerTfBertForQuestionAnswering",
+}
 
 # hidden_act: Hugging Face name -> ours. HF "gelu" is the exact erf form; BERT's (and
 # our) "gelu" is the tanh approximation, which HF calls gelu_new / gelu_pytorch_tanh /
@@ -111,7 +126,8 @@ def config_to_hf_dict(config, architecture):
     )
     if not stock_transformers_computes(config):
         values.update({field: getattr(config, field) for field in VARIANT_FIELDS})
-        values.update(model_type=VARIANT_MODEL_TYPE, architectures=[VARIANT_ARCHITECTURE_PREFIX + architecture])
+        values.update(model_type=VARIANT_MODEL_TYPE, architectures=[VARIANT_ARCHITECTURE_PREFIX + architecture],
+                      auto_map=dict(VARIANT_AUTO_MAP))
     return values
 
 
@@ -123,8 +139,19 @@ def check_exportable(config, folder, allow_variant=False):
             f"{folder}: {config.describe()} is not plain post-LN BERT, the only model stock "
             "transformers computes: it would load the folder and compute something else. Write an "
             "original-named checkpoint instead, or opt in (allow_variant=True; convert_checkpoint.py "
-            f"--hf_allow_variant) to a folder with model_type {VARIANT_MODEL_TYPE!r} that transformers "
-            "refuses and only realformer_tf reads")
+            f"--hf_allow_variant) to a folder with model_type {VARIANT_MODEL_TYPE!r} and its own PyTorch "
+            "code, which transformers loads only with trust_remote_code=True")
+
+
+def variant_folder_warning(config):
+    """The line that says what a variant's folder is and how to load it (what
+    convert_checkpoint.py prints for --hf_allow_variant); None for vanilla post-LN BERT."""
+    if stock_transformers_computes(config):
+        return None
+    return (f"warning: {config.describe()} is not vanilla post-LN BERT, the only model stock transformers "
+            f"computes; the folder is written with model_type {VARIANT_MODEL_TYPE!r} and the PyTorch code "
+            "that computes it: load it with transformers' AutoModelFor<Task>.from_pretrained(folder, "
+            "trust_remote_code=True) (AutoTokenizer with the same flag); realformer_tf reads it back exactly.")
 
 
 def stock_transformers_computes(config):

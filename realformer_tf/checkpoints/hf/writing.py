@@ -2,7 +2,9 @@
 `write_hf_folder` writes what `transformers`' BertModel / BertForPreTraining /
 BertForSequenceClassification / BertForQuestionAnswering load. Stock `transformers`
 computes only vanilla post-LN BERT; other variants are written under the same naming
-scheme with the extra weights and our config fields, and read back only by this package.
+scheme with the extra weights, our config fields and the PyTorch code that computes them
+(`remote_code/`, named by config.json's auto_map), which transformers runs with
+`trust_remote_code=True`; this package reads them back too.
 A model's folder: `checkpoints.bert.save_hf_folder(model, folder)`, which names its
 weights and calls this.
 """
@@ -14,7 +16,8 @@ import numpy as np
 import safetensors.numpy
 
 from realformer_tf.checkpoints.hf.config import (
-    CONFIG_NAME, WEIGHTS_NAME, check_exportable, config_to_hf_dict)
+    CONFIG_NAME, REMOTE_CODE_DIR, REMOTE_CODE_FILES, WEIGHTS_NAME, check_exportable, config_to_hf_dict,
+    stock_transformers_computes)
 from realformer_tf.checkpoints.hf.names import to_hf_name
 from realformer_tf.checkpoints.hf.tokenizer import write_tokenizer_files
 from realformer_tf.fileio import atomic_output, gfile
@@ -53,11 +56,14 @@ def write_hf_folder(folder, named_arrays, kind, config, num_labels=None, allow_v
     (hidden_act translated: our tanh "gelu" -> "gelu_new", "gelu_exact" -> "gelu").
     Residual attention, pre-LN and NormFormer are refused: stock transformers would load
     such a folder and compute plain BERT. With `allow_variant` they are written with
-    their extra weights under the same naming scheme, our config fields, and
-    `model_type` "realformer_bert" (architectures "RealFormerTf<class>"), which
-    transformers' Auto classes refuse; this package reads them back exactly. The opt-in
-    is the caller's to report (convert_checkpoint.py prints one `warning:` line); this
-    function writes no log line of its own.
+    their extra weights under the same naming scheme, our config fields,
+    `model_type` "realformer_bert" (architectures "RealFormerTf<class>") and the
+    PyTorch code that computes them (configuration_realformer_bert.py and
+    modeling_realformer_bert.py, named by config.json's `auto_map`):
+    `transformers.AutoModelFor<Task>.from_pretrained(folder, trust_remote_code=True)`
+    loads them, and this package reads them back exactly. The opt-in is the caller's
+    to report (convert_checkpoint.py prints one `warning:` line); this function writes
+    no log line of its own.
 
     Args:
         folder: the output directory (created; files replaced atomically).
@@ -86,8 +92,20 @@ def write_hf_folder(folder, named_arrays, kind, config, num_labels=None, allow_v
     gfile().makedirs(folder)
     with atomic_output(os.path.join(folder, WEIGHTS_NAME), "wb") as f:
         f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+    if not stock_transformers_computes(config):
+        write_remote_code(folder)  # before the config.json whose auto_map names it
     with atomic_output(os.path.join(folder, CONFIG_NAME)) as f:
         f.write(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     if vocab_file:
         write_tokenizer_files(folder, vocab_file, do_lower_case, config.max_position_embeddings)
     return folder
+
+
+def write_remote_code(folder):
+    """Copies the variants' PyTorch code (`REMOTE_CODE_FILES`, package data) into
+    `folder`, where config.json's auto_map names its classes."""
+    for name in REMOTE_CODE_FILES:
+        with open(os.path.join(REMOTE_CODE_DIR, name), "rb") as f:
+            code = f.read()
+        with atomic_output(os.path.join(folder, name), "wb") as f:
+            f.write(code)
