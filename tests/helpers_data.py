@@ -239,6 +239,36 @@ def program_main(script):
     return None
 
 
+# Prepended to the code `run_without_package` runs: importing a blocked package fails.
+_BLOCK_PACKAGES = """
+import importlib.abc, sys
+_BLOCKED = {blocked!r}
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _BLOCKED:
+            raise ModuleNotFoundError(name + " is blocked in this test")
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def run_without_package(code, *args, cwd, blocked=("realformer_tf",), timeout=300):
+    """Runs Python `code` with `args` in a fresh interpreter in `cwd` (outside the
+    repository), without PYTHONPATH and with the `blocked` packages unimportable: what a
+    SavedModel must serve with (TensorFlow, tensorflow-text). Returns the last line of
+    its stdout, parsed as JSON.
+
+    Raises:
+      AssertionError (with its stderr) when it fails.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, "-c", _BLOCK_PACKAGES.format(blocked=tuple(blocked)) + code,
+                           *[str(a) for a in args]], cwd=str(cwd), env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def run_subprocess(script, *args, timeout=600, env=None, cwd=ROOT):
     """Runs `python <repo>/<script> args...` in a fresh interpreter; returns the
     CompletedProcess (text). `env` is the whole environment (default `script_env()`)."""

@@ -362,14 +362,10 @@ def test_journey_text_to_generated_text(tmp_path):
     np.testing.assert_allclose(served["log_likelihood"][1], want_score, rtol=1e-5)
 
 
-# Runs in a fresh interpreter, realformer_tf unimportable; tensorflow_text for the tokenizer ops.
+# Runs in a fresh interpreter with realformer_tf unimportable (h.run_without_package);
+# tensorflow_text registers the tokenizer ops.
 SERVE = r"""
-import importlib.abc, json, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "realformer_tf":
-            raise ModuleNotFoundError(name)
-sys.meta_path.insert(0, Block())
+import json, sys
 import tensorflow as tf, tensorflow_text
 model = tf.saved_model.load(sys.argv[1])
 prompts = json.loads(sys.argv[2])
@@ -385,15 +381,10 @@ print(json.dumps({"text": [t.decode() for t in out["text"].numpy()],
 
 def _serve_without_the_package(path, prompts, tmp_path):
     import json
-    import subprocess
-    import sys
 
-    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    proc = subprocess.run([sys.executable, "-c", SERVE, str(path), json.dumps(prompts)], capture_output=True,
-                          text=True, env=env, cwd=str(tmp_path), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    import helpers_data as h
+
+    return h.run_without_package(SERVE, path, json.dumps(prompts), cwd=tmp_path)
 
 
 # -- convert_checkpoint.py --model_type=causal_lm ------------------------------------------

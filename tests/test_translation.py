@@ -353,7 +353,7 @@ def test_journey_parallel_text_to_served_translations(tmp_path):
     BLEU is sacreBLEU's of the written translations; a bad corpus is one error line."""
     import sacrebleu
 
-    from realformer_tf.app import make_vocab, run_translation
+    from realformer_tf.app import make_vocab
 
     write_toy_corpus(tmp_path, "train", 2500, seed=1)
     references = write_toy_corpus(tmp_path, "dev", 40, seed=2)
@@ -395,13 +395,10 @@ def test_journey_parallel_text_to_served_translations(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+# Runs in a fresh interpreter with realformer_tf unimportable (h.run_without_package);
+# tensorflow_text registers the SentencePiece ops.
 SERVE = r"""
-import importlib.abc, json, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "realformer_tf":
-            raise ModuleNotFoundError(name)
-sys.meta_path.insert(0, Block())
+import json, sys
 import tensorflow as tf, tensorflow_text
 model = tf.saved_model.load(sys.argv[1])
 out = model.signatures["translate"](source=tf.constant(json.loads(sys.argv[2])), beam_size=tf.constant(4))
@@ -410,17 +407,7 @@ print(json.dumps([t.decode() for t in out["translation"].numpy()], ensure_ascii=
 
 
 def _serve_without_the_package(path, sources, tmp_path):
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    proc = subprocess.run([sys.executable, "-c", SERVE, str(path), json.dumps(sources)], capture_output=True,
-                          text=True, env=env, cwd=str(tmp_path), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
+    return h.run_without_package(SERVE, path, json.dumps(sources), cwd=tmp_path)
 
 # -- convert_checkpoint.py --model_type=translation ----------------------------------------
 def _training_checkpoint(model, prefix):
