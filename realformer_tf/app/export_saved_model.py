@@ -30,7 +30,7 @@ from realformer_tf.jobs import outputs
 from realformer_tf.data import glue
 from realformer_tf.families import MODEL_TYPES, get_family
 from realformer_tf.data.lm_tokenizer import LmTokenizer
-from realformer_tf.families.causal_lm import load_trained
+from realformer_tf.families.causal_lm import CAUSAL_LM
 from realformer_tf.jobs.runner import RunOptions
 from realformer_tf.serving import lm_export
 
@@ -80,7 +80,7 @@ def run_causal_lm(f):
         cli.require(getattr(f, name), f"--{name} is required")
     outputs.check_output_dir(f.export_dir, "--export_dir")  # before the model is built
     tokenizer = LmTokenizer.from_files(f.vocab_file, f.spm_model_file, f.do_lower_case)
-    model, config = load_trained(f.init_checkpoint, f.bert_config_file)
+    model, config = CAUSAL_LM.load_trained(f.init_checkpoint, f.bert_config_file)
     print(config.describe(), flush=True)
     path = lm_export.export_causal_lm(model, f.export_dir, tokenizer=tokenizer, vocab_file=f.vocab_file,
                                       spm_model_file=f.spm_model_file, do_lower_case=f.do_lower_case,

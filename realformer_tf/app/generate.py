@@ -20,7 +20,7 @@ from absl import flags
 from realformer_tf import app
 from realformer_tf.data.lm_tokenizer import LmTokenizer
 from realformer_tf.errors import InputError, UsageError
-from realformer_tf.families.causal_lm import load_trained
+from realformer_tf.families.causal_lm import CAUSAL_LM
 from realformer_tf.serving import decoding
 
 
@@ -85,7 +85,7 @@ def run(f):
     decoding.check_sampling(f.temperature, f.top_k, f.top_p, f.max_new_tokens)
     prompts = read_prompts(f.prompt, f.prompt_file)
     tokenizer = LmTokenizer.from_files(f.vocab_file, f.spm_model_file, f.do_lower_case)
-    model, config = load_trained(f.init_checkpoint, f.bert_config_file)
+    model, config = CAUSAL_LM.load_trained(f.init_checkpoint, f.bert_config_file)
     tokenizer.check_fits(config.vocab_size, "the model's config")
     print(config.describe(), flush=True)
     ids, mask = decoding.left_pad(encode_prompts(prompts, tokenizer, config, f.max_new_tokens))

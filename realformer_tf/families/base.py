@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import UsageError
+from realformer_tf.fileio import gfile
 
 # What the BERT-layout jobs ask a family to build (a family's own kinds beyond these,
 # e.g. the translation model's "translation", are the keys of its `model_classes`).
@@ -178,6 +179,33 @@ class ModelFamily:
         self.save_checkpoint(model, prefix)
         config.to_json_file(os.path.join(output_dir, self.config_name))
         return prefix
+
+    def load_trained(self, init_checkpoint, config_file=None):
+        """(model, config) of a training run's output_dir (its final checkpoint, else its
+        latest training checkpoint) or a checkpoint prefix (or a folder the family
+        reads), in float32, for decoding or export. The config is `config_file`, else
+        the family's config file beside the checkpoint (`config_beside`)."""
+        config = self.load_config(config_file or self.config_beside(init_checkpoint))
+        source = self.trained_checkpoint(init_checkpoint) if gfile().isdir(init_checkpoint) else init_checkpoint
+        prefix = ckpt.resolve_checkpoint(source)
+        self.check_checkpoint_fits(config, prefix)
+        model = self.build_model(config, next(iter(self.model_classes())), dtype="float32")
+        self.load_checkpoint(model, prefix)
+        return model, config
+
+    def config_beside(self, init_checkpoint):
+        """The family's config file in `init_checkpoint` (a folder) or beside it (a
+        prefix).
+
+        Raises:
+          UsageError when there is none.
+        """
+        folder = init_checkpoint if gfile().isdir(init_checkpoint) else os.path.dirname(init_checkpoint)
+        path = os.path.join(folder, self.config_name)
+        if not gfile().exists(path):
+            raise UsageError(f"no {self.config_name} beside {init_checkpoint}; give the config file "
+                             "(--bert_config_file)")
+        return path
 
     def trained_checkpoint(self, output_dir):
         """What a run left in output_dir: its final checkpoint, else its latest

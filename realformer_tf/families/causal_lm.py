@@ -45,6 +45,14 @@ class CausalLMFamily(ModelFamily):
             return gpt2.load_gpt2_config(path)
         return super().read_config(path)
 
+    def config_beside(self, init_checkpoint):
+        """A GPT-2 folder is its own config; else lm_config.json beside the checkpoint."""
+        return init_checkpoint if gpt2.is_gpt2_folder(init_checkpoint) else super().config_beside(init_checkpoint)
+
+    def trained_checkpoint(self, output_dir):
+        """A GPT-2 folder is read as it is; else as a run's output_dir."""
+        return output_dir if gpt2.is_gpt2_folder(output_dir) else super().trained_checkpoint(output_dir)
+
     def checkpoint_heads(self, prefix, kind, num_labels=None):
         """A causal LM's output projection is its embedding table: every checkpoint of
         one holds its "head"."""
@@ -59,37 +67,6 @@ class CausalLMFamily(ModelFamily):
         """A `GPT2LMHeadModel` folder (`checkpoints.causal_lm.save_gpt2_folder`; no
         tokenizer files)."""
         return lm_checkpoint.save_gpt2_folder(model, folder)
-
-
-def load_trained(init_checkpoint, config_file=None):
-    """(model, config) of a causal LM run's output_dir (its lm_model.ckpt, else its
-    latest training checkpoint) or a checkpoint prefix or GPT-2 folder; the config is
-    `config_file`, else lm_config.json beside it (or the GPT-2 folder's)."""
-    import os
-
-    from realformer_tf.checkpoints import tf_checkpoint as ckpt
-    from realformer_tf.errors import UsageError
-
-    family = CAUSAL_LM
-    is_folder = gfile().isdir(init_checkpoint)
-    if not config_file:
-        if gpt2.is_gpt2_folder(init_checkpoint):
-            config_file = init_checkpoint
-        else:
-            folder = init_checkpoint if is_folder else os.path.dirname(init_checkpoint)
-            config_file = os.path.join(folder, family.config_name)
-            if not gfile().exists(config_file):
-                raise UsageError(f"no {family.config_name} beside --init_checkpoint={init_checkpoint}; give "
-                                 "--bert_config_file")
-    config = family.load_config(config_file)
-    source = init_checkpoint
-    if is_folder and not gpt2.is_gpt2_folder(init_checkpoint):
-        source = family.trained_checkpoint(init_checkpoint)
-    prefix = ckpt.resolve_checkpoint(source)
-    family.check_checkpoint_fits(config, prefix)
-    model = family.build_model(config, "pretraining", dtype="float32")
-    family.load_checkpoint(model, prefix)
-    return model, config
 
 
 def _says_gpt2(path):

@@ -7,12 +7,9 @@ A translation model has one kind, "translation"; its data are sentence pairs
 (`realformer_tf.jobs.tasks.translation`) and the BERT-layout programs refuse it.
 """
 
-import os
-
-from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.checkpoints import translation as translation_checkpoint
 from realformer_tf.checkpoints.hf import marian
-from realformer_tf.errors import ConfigError, UsageError
+from realformer_tf.errors import ConfigError
 from realformer_tf.families.base import ModelFamily
 from realformer_tf.fileio import gfile
 from realformer_tf.models.translation.config import TranslationConfig
@@ -62,26 +59,6 @@ class TranslationFamily(ModelFamily):
         """A `MarianMTModel` folder (`checkpoints.translation.save_marian_folder`; no
         tokenizer files)."""
         return translation_checkpoint.save_marian_folder(model, folder)
-
-    def load_trained(self, init_checkpoint, config_file=None, checkpoint_prefix=None):
-        """(model, config) of a translation run's output_dir (its translation_model.ckpt,
-        else its latest training checkpoint) or a checkpoint prefix; the config is
-        `config_file`, else translation_config.json beside it. `checkpoint_prefix`, when
-        given, is read instead (e.g. an averaged checkpoint)."""
-        is_folder = gfile().isdir(init_checkpoint)
-        if not config_file:
-            folder = init_checkpoint if is_folder else os.path.dirname(init_checkpoint)
-            config_file = os.path.join(folder, self.config_name)
-            if not gfile().exists(config_file):
-                raise UsageError(f"no {self.config_name} beside {init_checkpoint}; give the config file "
-                                 "(--bert_config_file)")
-        config = self.load_config(config_file)
-        source = checkpoint_prefix or (self.trained_checkpoint(init_checkpoint) if is_folder else init_checkpoint)
-        prefix = ckpt.resolve_checkpoint(source)
-        self.check_checkpoint_fits(config, prefix)
-        model = self.build_model(config, "translation", dtype="float32")
-        self.load_checkpoint(model, prefix)
-        return model, config
 
 
 TRANSLATION = TranslationFamily()

@@ -117,11 +117,10 @@ class CausalLMPretrainingJob(runner.Job):
         """`--export_dir`: the trained model with `generate` and `score` signatures; the
         tokenizer is --vocab_file or --spm_model_file."""
         from realformer_tf.data.lm_tokenizer import LmTokenizer
-        from realformer_tf.families.causal_lm import load_trained
         from realformer_tf.serving import lm_export
 
         tokenizer = LmTokenizer.from_files(options.vocab_file, options.spm_model_file, options.do_lower_case)
-        model, _ = load_trained(out_dir)
+        model, _ = family.load_trained(out_dir)
         return lm_export.export_causal_lm(model, options.export_dir, tokenizer=tokenizer,
                                           vocab_file=options.vocab_file, spm_model_file=options.spm_model_file,
                                           do_lower_case=options.do_lower_case)
