@@ -286,6 +286,15 @@ def test_batches_cover_every_pair_once_within_max_tokens_and_resume_exactly():
         padded = data.pad_batch(examples, indices, pad_id=0)
         longest = max(padded["source_ids"].shape[1], padded["target_ids"].shape[1])
         assert len(indices) * data.BUCKET_WIDTH * -(-longest // data.BUCKET_WIDTH) <= 64 or len(indices) == 1
+    static = data.plan_batches(examples, max_tokens=64, shuffle_seed=3, static_shapes=True)
+    assert sorted(i for b in static for i in b) == list(range(97))
+    shapes = {}
+    for indices in static:  # under XLA: one shape per power-of-two length
+        padded = data.pad_batch(examples, indices, pad_id=0, max_tokens=64)
+        length = padded["source_ids"].shape[1]
+        assert length in (8, 16, 32) and padded["target_ids"].shape == padded["source_ids"].shape
+        assert shapes.setdefault(length, padded["source_ids"].shape) == padded["source_ids"].shape
+        assert not padded["target_labels"][len(indices):].any()  # the filler rows are all padding
     dataset_fn = data.make_dataset_fn(examples, 64, 0, is_training=True, seed=3)
     whole = [b["source_ids"].numpy() for b in dataset_fn(None).take(len(plan) + 5)]
     resumed = [b["source_ids"].numpy() for b in dataset_fn(None, start_step=len(plan) - 2).take(7)]

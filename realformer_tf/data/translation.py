@@ -12,7 +12,8 @@ languages). Each pair becomes
 
 Batches hold pairs of similar length (buckets of `BUCKET_WIDTH` tokens) and at most
 `max_tokens` tokens of the longer side, padded (with the pad id) to their longest
-member: fairseq's `--max-tokens` batching. A training epoch's batch order is a function
+member: fairseq's `--max-tokens` batching. Under XLA (`static_shapes`) the buckets are
+powers of two and every batch of a bucket has one shape, so a handful of shapes compile. A training epoch's batch order is a function
 of the seed and the epoch, so a resumed run skips exactly the batches it has consumed.
 """
 
@@ -101,50 +102,69 @@ def _length(example):
     return max(len(example["source_ids"]), len(example["target_ids"]))
 
 
-def plan_batches(examples, max_tokens, shuffle_seed=None):
-    """Lists of example indices, each a batch of one length bucket with at most
-    `max_tokens` tokens once padded; in bucket order, or shuffled by `shuffle_seed`
-    (batches and the pairs within buckets)."""
+def bucket_length(length, static_shapes=False):
+    """The padded length of a pair `length` tokens long: the next multiple of
+    BUCKET_WIDTH, or with `static_shapes` the next power of two (at least BUCKET_WIDTH),
+    so that XLA compiles a handful of shapes."""
+    if static_shapes:
+        return max(BUCKET_WIDTH, 1 << (int(length) - 1).bit_length())
+    return -(-int(length) // BUCKET_WIDTH) * BUCKET_WIDTH
+
+
+def plan_batches(examples, max_tokens, shuffle_seed=None, static_shapes=False):
+    """Lists of example indices, each a batch of one length bucket (`bucket_length`)
+    with at most `max_tokens` tokens once padded; in bucket order, or shuffled by
+    `shuffle_seed` (batches and the pairs within buckets)."""
     rng = None if shuffle_seed is None else np.random.default_rng(shuffle_seed)
     buckets = {}
     order = np.arange(len(examples)) if rng is None else rng.permutation(len(examples))
     for i in order:
-        buckets.setdefault(-(-_length(examples[i]) // BUCKET_WIDTH), []).append(int(i))
+        buckets.setdefault(bucket_length(_length(examples[i]), static_shapes), []).append(int(i))
     batches = []
-    for bucket in sorted(buckets):
-        per_batch = max(1, max_tokens // (bucket * BUCKET_WIDTH))
-        members = buckets[bucket]
+    for length in sorted(buckets):
+        per_batch = max(1, max_tokens // length)
+        members = buckets[length]
         batches.extend(members[start:start + per_batch] for start in range(0, len(members), per_batch))
     if rng is not None:
         batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
 
 
-def pad_batch(examples, indices, pad_id):
-    """{feature: int32 [batch, longest]} of the examples at `indices`, padded with `pad_id`."""
+def pad_batch(examples, indices, pad_id, max_tokens=None):
+    """{feature: int32 [batch, longest]} of the examples at `indices`, padded with
+    `pad_id`. With `max_tokens` (static shapes) every batch of a bucket has one shape:
+    [max_tokens // bucket, bucket], the rows beyond the examples all padding (they
+    weigh nothing in the loss)."""
+    longest = max(_length(examples[i]) for i in indices)
+    rows, width = len(indices), None
+    if max_tokens is not None:
+        width = bucket_length(longest, static_shapes=True)
+        rows = max(1, max_tokens // width)
     batch = {}
     for name in FEATURES:
-        rows = [examples[i][name] for i in indices]
-        out = np.full((len(rows), max(len(r) for r in rows)), pad_id, np.int32)
-        for j, row in enumerate(rows):
+        values = [examples[i][name] for i in indices]
+        out = np.full((rows, width or max(len(v) for v in values)), pad_id, np.int32)
+        for j, row in enumerate(values):
             out[j, :len(row)] = row
         batch[name] = out
     return batch
 
 
-def make_dataset_fn(examples, max_tokens, pad_id, is_training, seed=None, max_steps=None, log=None):
+def make_dataset_fn(examples, max_tokens, pad_id, is_training, seed=None, max_steps=None, log=None,
+                    static_shapes=False):
     """`dataset_fn(input_context, start_step=0)` of padded batches: for training, the
     epochs' shuffled batch orders one after another without end (`start_step` batches
     skipped); otherwise the batches once, in length order. With several input pipelines
-    each takes every n-th batch."""
+    each takes every n-th batch. `static_shapes` (for XLA): power-of-two lengths and
+    one batch shape per length (`pad_batch`)."""
     def generator(pipelines, pipeline_id, start_step):
         epoch, seen = 0, 0
         while True:
-            plan = plan_batches(examples, max_tokens, None if not is_training else (seed or 0) * 100003 + epoch)
-            plan = plan[pipeline_id::pipelines]
+            shuffle = None if not is_training else (seed or 0) * 100003 + epoch
+            plan = plan_batches(examples, max_tokens, shuffle, static_shapes)[pipeline_id::pipelines]
             for indices in plan:
                 if seen >= start_step:
-                    yield pad_batch(examples, indices, pad_id)
+                    yield pad_batch(examples, indices, pad_id, max_tokens if static_shapes else None)
                 seen += 1
             if not is_training:
                 return

@@ -31,6 +31,7 @@ from realformer_tf.errors import InputError, require
 from realformer_tf.fileio import atomic_output
 from realformer_tf.jobs import outputs, runner
 from realformer_tf.serving import translation_decoding
+from realformer_tf.training import distribution
 from realformer_tf.training.task import Task
 
 
@@ -187,7 +188,7 @@ class TranslationJob(runner.Job):
 
     def train_dataset_fn(self, options):
         return data.make_dataset_fn(self.train, options.max_tokens, self.config.pad_id, True, seed=options.seed,
-                                    log=self.log)
+                                    log=self.log, static_shapes=static_shapes(options))
 
     def evaluate(self, trainer, options, family, config, out_dir):
         o = options
@@ -196,7 +197,8 @@ class TranslationJob(runner.Job):
             self.log(f"Averaged weights: {prefix} (evaluated below)")
         results = {}
         if o.do_eval:
-            dataset_fn = data.make_dataset_fn(self.eval, o.max_tokens, config.pad_id, False)
+            dataset_fn = data.make_dataset_fn(self.eval, o.max_tokens, config.pad_id, False,
+                                              static_shapes=static_shapes(o))
             loss = trainer.evaluate(dataset_fn, -1, summary_dir=os.path.join(out_dir, "summaries", "eval"))
             results.update(eval_loss=loss["loss"], eval_nll=loss["nll"], eval_accuracy=loss["accuracy"],
                            eval_perplexity=math.exp(min(loss["nll"], 700.0)))
@@ -229,6 +231,12 @@ class TranslationJob(runner.Job):
         return translation_export.export_translation_model(
             model, options.export_dir, spm_model_file=options.spm_model_file, alpha=options.length_penalty,
             max_extra_length=options.max_extra_length, beam_sizes=options.export_beam_sizes)
+
+
+def static_shapes(options):
+    """Whether the steps compile with XLA, which compiles one step per batch shape: the
+    batches then come in a handful of shapes (`data.translation.plan_batches`)."""
+    return distribution.resolve_jit_compile(options.jit_compile)[0]
 
 
 def check_special_ids(spm_model_file, config):
