@@ -222,7 +222,7 @@ def _release_program_memory():
 
 # Repository scripts outside realformer_tf/app/ that follow its `main(argv)` pattern.
 FILE_PROGRAMS = ("analyze_attention.py", "experiments/compare_pretraining.py", "experiments/make_long_squad.py",
-                 "experiments/reproduce.py")
+                 "experiments/reproduce.py", "experiments/translation_curve.py")
 
 
 def program_main(script):

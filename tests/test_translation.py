@@ -392,6 +392,14 @@ def test_journey_parallel_text_to_served_translations(tmp_path):
     assert abs(float(results["predict_bleu"]) - bleu) < 1e-9 and abs(float(results["eval_bleu"]) - bleu) < 1e-9
     assert bleu > 50, (bleu, translations[:3])  # learned: an untrained model scores ~0
     assert float(results["eval_perplexity"]) == pytest.approx(np.exp(float(results["eval_nll"])))
+    proc = h.run_script("experiments/translation_curve.py", f"--run_dir={out}", f"--spm_model_file={tmp_path}/spm.model",
+                        f"--source_file={tmp_path}/dev.en", f"--reference_file={tmp_path}/dev.es", "--max_sentences=0",
+                        "--beam_size=4", f"--output={tmp_path}/curve")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    curve = {p["checkpoint"]: p["bleu"] for p in json.loads((tmp_path / "curve.json").read_text())["points"]}
+    assert list(curve) == ["step 250", "step 500", "step 750", "step 1000", "averaged_model.ckpt",
+                           "translation_model.ckpt"]
+    assert curve["averaged_model.ckpt"] == pytest.approx(bleu) and curve["step 250"] < curve["step 1000"]
     served = _serve_without_the_package(tmp_path / "export" / "1", (tmp_path / "dev.en").read_text().splitlines()[:4],
                                         tmp_path)
     assert served == translations[:4]
