@@ -189,7 +189,7 @@ def export_options(lever=None):
 
 def make_exports(args, work):
     """{name: SavedModel path} and the HF folder."""
-    from realformer_tf.checkpoints import hf as hf_checkpoint
+    from realformer_tf.checkpoints import bert as bert_checkpoint
     from realformer_tf.families import get_family
     from realformer_tf.jobs.runner import RunOptions
 
@@ -211,7 +211,7 @@ def make_exports(args, work):
             continue
         model = build_classifier(kind, size, seed)
         if kind == "vanilla":
-            hf = hf_checkpoint.save_hf_folder(model, os.path.join(work, "hf"))
+            hf = bert_checkpoint.save_hf_folder(model, os.path.join(work, "hf"))
             shutil.copy(VOCAB_FILE, os.path.join(hf, "vocab.txt"))
             paths["vanilla"] = export_one(model, os.path.join(work, "vanilla"))
             for lever in ("pad_max", "xla"):
@@ -301,9 +301,12 @@ class Worker:
     def __init__(self, kind, spec):
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
+        # An empty folder of its own as the working directory: `python -c` imports from it
+        # first, and a stray inspect.py in the shared temp folder would shadow the stdlib's.
+        self.cwd = tempfile.mkdtemp(prefix="serving_worker_")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", WORKER, kind, json.dumps(spec)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(), env=env)
+            stdout=subprocess.PIPE, text=True, cwd=self.cwd, env=env)
         self.info = self._read()
 
     def _read(self):
@@ -323,6 +326,7 @@ class Worker:
             self.proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
+        shutil.rmtree(self.cwd, ignore_errors=True)
 
 
 class Target:

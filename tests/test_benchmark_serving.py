@@ -87,12 +87,12 @@ def test_onnxruntime_side_serves_the_same_weights_as_transformers(bench, tmp_pat
     import transformers
 
     from realformer_tf import modeling
-    from realformer_tf.checkpoints import hf as hf_checkpoint
+    from realformer_tf.checkpoints import bert as bert_checkpoint
 
     keras.utils.set_random_seed(5)
     model = modeling.BertClassifierModel(h.tiny_config(residual_attention=False), num_labels=2)
     model._ensure_built()
-    folder = hf_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), vocab_file=h.write_vocab(tmp_path / "vocab.txt"))
+    folder = bert_checkpoint.save_hf_folder(model, str(tmp_path / "hf"), vocab_file=h.write_vocab(tmp_path / "vocab.txt"))
     paths, fusions = bench.serving_onnx.export(folder, str(tmp_path / "onnx"))
     assert fusions.get("SkipLayerNormalization", 0) > 0, fusions  # the fused graph is fused
 

@@ -361,7 +361,8 @@ def test_hf_warning_only_for_variants_transformers_lacks():
     for overrides in EXPORT_VARIANTS.values():
         config = BertConfig(**SIZES, **overrides)
         if config.residual_attention or config.layer_norm_type != "post":
-            assert "Stock Hugging Face transformers" in convert.hf_warning(config)
+            warning = convert.hf_warning(config)
+            assert "is not vanilla post-LN BERT" in warning and "trust_remote_code=True" in warning
 
 
 @pytest.mark.slow

@@ -215,8 +215,8 @@ def test_half_precision_training_of_every_variant_stays_finite(tmp_path, variant
 def test_batch_not_divisible_by_replicas_is_refused():
     fake = types.SimpleNamespace(num_replicas_in_sync=8)
     with pytest.raises(UsageError, match=r"--train_batch_size=12 is not divisible by the 8 replicas"):
-        runner.per_replica(fake, 12, "train_batch_size")
-    assert distribution.per_replica_batch_size(16, fake, "train_batch_size") == 2
+        distribution.per_replica_batch_size(12, fake, "--train_batch_size")
+    assert distribution.per_replica_batch_size(16, fake, "--train_batch_size") == 2
 
 
 def test_output_dir_of_another_model_is_refused(tmp_path):

@@ -302,7 +302,6 @@ def test_script_without_evidence_stops_with_one_error_line(models, tmp_path):
 # -- Hugging Face exports of variants: refused, or written with their own remote code -----
 def test_hf_export_of_a_variant_is_refused_unless_opted_in_and_reads_back_exactly(tmp_path):
     from realformer_tf import modeling
-    from realformer_tf.checkpoints import hf as hf_checkpoint
 
     config = h.tiny_config(residual_attention=True)
     model = modeling.BertPretrainingModel(config)

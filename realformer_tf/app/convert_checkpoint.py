@@ -23,7 +23,9 @@ BERT's, GPT-2's for a causal LM, or Marian's for a translation model).
     --input_checkpoint=out/ckpt-2000 --output_checkpoint=/tmp/lm_model.ckpt
 
   # causal LM -> GPT-2 folder (GPT2LMHeadModel; Pre-LN without residual attention or
-  # NormFormer only: other variants are refused in one line), and a GPT-2 folder -> ours
+  # NormFormer only: other variants are refused in one line, or with --hf_allow_variant
+  # written with model_type realformer_causal_lm and the PyTorch code that computes them,
+  # for transformers' trust_remote_code=True), and a GPT-2 or variant folder -> ours
   python convert_checkpoint.py --model_type=causal_lm --bert_config_file=out/lm_config.json \
     --input_checkpoint=out --output_checkpoint=/tmp/gpt2 --output_format=hf
   python convert_checkpoint.py --model_type=causal_lm --input_checkpoint=/models/gpt2 \
@@ -70,7 +72,7 @@ def define_flags(fv):
                       "checkpoint: a TF1 checkpoint under the family's names (BERT's original names, ETC's, the "
                       "causal LM's lm_model.ckpt names, the translation model's translation_model.ckpt names); hf: "
                       "a Hugging Face folder (BERT: BertFor*; causal_lm: GPT2LMHeadModel, for Pre-LN without "
-                      "residual attention or NormFormer only; translation: MarianMTModel, for post-LN without Admin "
+                      "residual attention or NormFormer only, other variants with --hf_allow_variant; translation: MarianMTModel, for post-LN without Admin "
                       "or residual attention only; those two without tokenizer files).", flag_values=fv)
     flags.DEFINE_enum("task", None, convert.TASK_MODELS,
                       "Which model the checkpoint holds (default: the family's first: pretraining; translation "
@@ -88,10 +90,11 @@ def define_flags(fv):
                       "found with the vocab, else true).", flag_values=fv)
     flags.DEFINE_bool("hf_allow_variant", False,
                       "--output_format=hf of a BERT variant stock transformers cannot compute (residual "
-                      "attention, pre-LN, NormFormer): write it with model_type realformer_bert and the PyTorch "
-                      "code that computes it, which transformers loads with trust_remote_code=True "
-                      "(default: refused). Causal LM variants "
-                      "are always refused for GPT-2 folders, translation variants for Marian folders.",
+                      "attention, pre-LN, NormFormer), or of a causal LM variant GPT-2 cannot (residual "
+                      "attention, Post-LN, NormFormer): write it with model_type realformer_bert / "
+                      "realformer_causal_lm and the PyTorch code that computes it, which transformers loads with "
+                      "trust_remote_code=True (default: refused). Translation variants are always refused for "
+                      "Marian folders.",
                       flag_values=fv)
     flags.DEFINE_bool("allow_nonfinite_weights", False,
                       "Convert a checkpoint whose weights hold NaN or Inf (e.g. to inspect a diverged run; "

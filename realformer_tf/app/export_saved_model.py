@@ -14,12 +14,21 @@ Signatures: `serving_default` (text_a, text_b; empty text_b = single sentence),
 `serve_text_a` (text_a only; not for squad) and `serve_token_ids` (input_ids,
 input_mask, segment_ids). See realformer_tf/serving/export.py.
 
+--output_format=onnx writes ONNX instead, in the same layout (Triton's for ONNX models):
+`export_dir/<version>/model.onnx` (the token-id signature: input_ids, input_mask,
+segment_ids -> its outputs; batch and sequence axes dynamic), `tokenizer.json` (Hugging
+Face tokenizers: the model's WordPiece, casing and [CLS] a [SEP] b [SEP] packing) and
+`realformer_export.json`; --onnx_quantize=int8 adds `model.int8.onnx` (onnxruntime's
+dynamic quantization). See realformer_tf/serving/onnx_export.py and docs/serving.md.
+
 A causal LM (--model_type=causal_lm; --init_checkpoint its run's output_dir, the config
 lm_config.json beside it unless --bert_config_file is given; --vocab_file or
 --spm_model_file) gets the signatures `generate` (prompt, max_new_tokens, temperature,
 top_k, top_p, seed -> text) and `score` (text -> log_likelihood): see
 realformer_tf/serving/lm_export.py.
 """
+
+import functools
 
 from absl import flags
 
@@ -33,6 +42,10 @@ from realformer_tf.data.lm_tokenizer import LmTokenizer
 from realformer_tf.families.causal_lm import CAUSAL_LM
 from realformer_tf.jobs.runner import RunOptions
 from realformer_tf.serving import lm_export
+from realformer_tf.serving import onnx_export
+
+
+OUTPUT_FORMATS = ("saved_model", "onnx")
 
 
 def define_flags(fv):
@@ -60,6 +73,14 @@ def define_flags(fv):
                       "Pad every batch to max_seq_length (static shapes) instead of to its longest row.", flag_values=fv)
     flags.DEFINE_string("export_dir", None, "TF Serving model base directory; the model goes to export_dir/<version>.", flag_values=fv)
     flags.DEFINE_integer("version", None, "Version number (default: the next free integer under export_dir).", flag_values=fv)
+    flags.DEFINE_enum("output_format", "saved_model", OUTPUT_FORMATS,
+                      "saved_model (TF Serving, raw text in), or onnx (model.onnx with token ids in, plus "
+                      "tokenizer.json for raw text).", flag_values=fv)
+    flags.DEFINE_enum("onnx_quantize", None, onnx_export.QUANTIZE_CHOICES,
+                      "--output_format=onnx: also write model.int8.onnx, onnxruntime's dynamic int8 "
+                      "quantization of model.onnx.", flag_values=fv)
+    flags.DEFINE_integer("onnx_opset", None, f"--output_format=onnx: the ONNX opset (default "
+                         f"{onnx_export.DEFAULT_OPSET}).", flag_values=fv)
 
 
 def _labels(f, task):
@@ -88,8 +109,31 @@ def run_causal_lm(f):
     print(f"Exported the causal LM to {path}; signatures: generate, score", flush=True)
 
 
+def _check_format_flags(f):
+    """One error line for a flag combination the output format cannot take."""
+    onnx = f.output_format == "onnx"
+    for name in ("onnx_quantize", "onnx_opset"):
+        cli.require(onnx or getattr(f, name) is None, f"--{name} is for --output_format=onnx")
+    cli.require(not onnx or f.model_type != "causal_lm",
+                "--output_format=onnx exports the BERT and ETC task models, not --model_type=causal_lm "
+                "(its generate signature decodes in a loop); export it as a SavedModel")
+
+
+def _report_onnx(path, info):
+    print(f"Exported {info['task']} model as ONNX to {path}: " + ", ".join(info["files"]), flush=True)
+    print(f"Inputs: {', '.join(info['inputs'])} (int32 [batch, sequence]); outputs: "
+          f"{', '.join(info['outputs'])}", flush=True)
+    if info.get("label_names"):
+        print("Labels: " + ", ".join(info["label_names"]), flush=True)
+    check = info.get("check")
+    if isinstance(check, dict):
+        print(f"onnxruntime vs TensorFlow on sample batches: max |difference| {check['max_abs_difference']:.2g}",
+              flush=True)
+
+
 def run(f):
     """The export from the parsed flags `f`."""
+    _check_format_flags(f)
     if f.model_type == "causal_lm":
         return run_causal_lm(f)
     for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
@@ -99,7 +143,10 @@ def run(f):
     config = family.load_config(f.bert_config_file)
     print(config.describe(), flush=True)
     label_names, num_labels, is_regression = _labels(f, f.task)
-    path = export.export_from_checkpoint(
+    onnx_options = {"quantize": f.onnx_quantize, "opset": f.onnx_opset or onnx_export.DEFAULT_OPSET}
+    writer = (functools.partial(onnx_export.export_from_checkpoint, **onnx_options) if f.output_format == "onnx"
+              else export.export_from_checkpoint)
+    path = writer(
         f.export_dir, family=family, config=config, init_checkpoint=f.init_checkpoint,
         vocab_file=f.vocab_file, do_lower_case=f.do_lower_case,
         task=f.task or ("classifier" if f.task_name else None),
@@ -109,6 +156,8 @@ def run(f):
         input_options=RunOptions(etc_tokens_per_global=f.etc_tokens_per_global, max_seq_length=f.max_seq_length),
         log=lambda line: print(line, flush=True))
     info = export.read_export_info(path)
+    if f.output_format == "onnx":
+        return _report_onnx(path, info)
     print(f"Exported {info['task']} model to {path}", flush=True)
     print("Signatures: " + ", ".join(info["signatures"]), flush=True)
     if info.get("label_names"):

@@ -9,8 +9,10 @@ config has them (`decoder/layer_N/attention/head_scale`,
 `decoder/layer_N/attention_post_layer_norm/...`, `decoder/layer_N/intermediate_layer_norm/...`,
 `decoder/layer_N/residual_scale`) and `decoder/final_layer_norm/{gamma,beta}` in Pre-LN.
 The output projection is the token embedding table (tied), so there is no head of its
-own. A Hugging Face GPT-2 folder loads wherever a checkpoint does (`checkpoints.hf.gpt2`
-presents its tensors under these names); `save_gpt2_folder` writes one.
+own. A Hugging Face GPT-2 folder, or one of our variants' folders (model_type
+"realformer_causal_lm", with its PyTorch remote code), loads wherever a checkpoint does
+(`checkpoints.hf.gpt2` presents its tensors under these names); `save_gpt2_folder`
+writes one.
 
     causal_lm_checkpoint.save_lm_checkpoint(model, "out/lm_model.ckpt")
     causal_lm_checkpoint.load_lm_checkpoint(model, "out/lm_model.ckpt")
@@ -66,8 +68,13 @@ def save_lm_checkpoint(model, prefix):
     return NAMES.save(model, prefix)
 
 
-def save_gpt2_folder(model, folder):
+def save_gpt2_folder(model, folder, allow_variant=False):
     """Writes a causal LM that GPT-2 computes (Pre-LN, no residual attention or
-    NormFormer) as a Hugging Face `GPT2LMHeadModel` folder; returns `folder`."""
+    NormFormer) as a Hugging Face `GPT2LMHeadModel` folder; returns `folder`.
+
+    Other variants raise VariantExportError unless `allow_variant`: then the folder has
+    model_type "realformer_causal_lm" and the PyTorch code that computes the model, for
+    `transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)`
+    (`gpt2.write_gpt2_folder`)."""
     arrays = {name: variable.numpy() for name, variable in lm_variables(model).items()}
-    return gpt2.write_gpt2_folder(folder, arrays, model.config)
+    return gpt2.write_gpt2_folder(folder, arrays, model.config, allow_variant=allow_variant)

@@ -32,10 +32,11 @@ def _hf():
 
 
 def _folder_weights(path):
-    """A Hugging Face folder's tensors under our names: GPT-2's (a causal LM) or BERT's."""
+    """A Hugging Face folder's tensors under our names: GPT-2's or our variant's (a causal
+    LM), or BERT's."""
     from realformer_tf.checkpoints.hf import gpt2
 
-    return gpt2.Gpt2FolderWeights(path) if gpt2.is_gpt2_folder(path) else _hf().HfFolderWeights(path)
+    return gpt2.Gpt2FolderWeights(path) if gpt2.is_causal_lm_folder(path) else _hf().HfFolderWeights(path)
 
 
 def _tensorflow():

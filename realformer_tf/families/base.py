@@ -6,8 +6,6 @@ decides a checkpoint's unstated variant from its weights (`variant_evidence`).""
 
 import os
 
-import tensorflow as tf
-
 from realformer_tf.checkpoints import tf_checkpoint as ckpt
 from realformer_tf.errors import UsageError
 from realformer_tf.fileio import gfile
@@ -211,7 +209,7 @@ class ModelFamily:
         """What a run left in output_dir: its final checkpoint, else its latest
         training checkpoint (output_dir itself)."""
         final = os.path.join(output_dir, self.checkpoint_name)
-        return final if tf.io.gfile.exists(final + ".index") else output_dir
+        return final if gfile().exists(final + ".index") else output_dir
 
     # -- Hugging Face folders ---------------------------------------------------------
     def check_hf_exportable(self, config, folder, allow_variant=False):

@@ -28,7 +28,7 @@ class CausalLMFamily(ModelFamily):
     names_description = "the causal LM's names"
     config_name = "lm_config.json"
     export_tasks = ("generate",)
-    hf_folder_description = "a GPT-2 folder (GPT2LMHeadModel, --model_type=causal_lm)"
+    hf_folder_description = "a GPT-2 folder (GPT2LMHeadModel, variants with remote code; --model_type=causal_lm)"
 
     _named_variables = staticmethod(lm_checkpoint.lm_variables)
     _check_fits = staticmethod(lm_checkpoint.check_checkpoint_fits)
@@ -40,18 +40,22 @@ class CausalLMFamily(ModelFamily):
 
     def read_config(self, path):
         """An lm_config.json, or a Hugging Face GPT-2 folder / its config.json
-        (translated: Pre-LN, no residual attention)."""
-        if gpt2.is_gpt2_folder(path) or (path.endswith(".json") and _says_gpt2(path)):
+        (translated: Pre-LN, no residual attention), or a variant's folder (model_type
+        realformer_causal_lm: our fields)."""
+        if gpt2.is_causal_lm_folder(path) or (path.endswith(".json") and _says_hf_causal_lm(path)):
             return gpt2.load_gpt2_config(path)
         return super().read_config(path)
 
     def config_beside(self, init_checkpoint):
-        """A GPT-2 folder is its own config; else lm_config.json beside the checkpoint."""
-        return init_checkpoint if gpt2.is_gpt2_folder(init_checkpoint) else super().config_beside(init_checkpoint)
+        """A GPT-2 (or variant) folder is its own config; else lm_config.json beside the
+        checkpoint."""
+        if gpt2.is_causal_lm_folder(init_checkpoint):
+            return init_checkpoint
+        return super().config_beside(init_checkpoint)
 
     def trained_checkpoint(self, output_dir):
-        """A GPT-2 folder is read as it is; else as a run's output_dir."""
-        return output_dir if gpt2.is_gpt2_folder(output_dir) else super().trained_checkpoint(output_dir)
+        """A GPT-2 (or variant) folder is read as it is; else as a run's output_dir."""
+        return output_dir if gpt2.is_causal_lm_folder(output_dir) else super().trained_checkpoint(output_dir)
 
     def checkpoint_heads(self, prefix, kind, num_labels=None):
         """A causal LM's output projection is its embedding table: every checkpoint of
@@ -60,25 +64,30 @@ class CausalLMFamily(ModelFamily):
 
     def check_hf_exportable(self, config, folder, allow_variant=False):
         """GPT-2 computes Pre-LN without residual attention or NormFormer: other
-        variants are refused, `allow_variant` or not (GPT-2 folders have no variant)."""
-        gpt2.check_exportable(config, folder)
+        variants are refused unless `allow_variant` (a folder with our remote code)."""
+        gpt2.check_exportable(config, folder, allow_variant)
+
+    def hf_warning(self, config):
+        """The line about a variant's folder (written only with `allow_variant`, with
+        its remote code); None for the Pre-LN model GPT-2 computes."""
+        return gpt2.variant_folder_warning(config)
 
     def save_hf_folder(self, model, folder, allow_variant=False, vocab_file=None, do_lower_case=True):
-        """A `GPT2LMHeadModel` folder (`checkpoints.causal_lm.save_gpt2_folder`; no
-        tokenizer files)."""
-        return lm_checkpoint.save_gpt2_folder(model, folder)
+        """A `GPT2LMHeadModel` folder, or with `allow_variant` a variant's folder with its
+        remote code (`checkpoints.causal_lm.save_gpt2_folder`; no tokenizer files)."""
+        return lm_checkpoint.save_gpt2_folder(model, folder, allow_variant=allow_variant)
 
 
-def _says_gpt2(path):
-    """Whether the JSON file at `path` is a GPT-2 config.json (a missing or unreadable
-    file: no; the family's own reader then says what is wrong with it)."""
+def _says_hf_causal_lm(path):
+    """Whether the JSON file at `path` is a GPT-2 (or variant) config.json (a missing or
+    unreadable file: no; the family's own reader then says what is wrong with it)."""
     if not gfile().exists(path):
         return False
     try:
         values = read_json_file(path)
     except ConfigError:
         return False
-    return isinstance(values, dict) and values.get("model_type") == gpt2.MODEL_TYPE
+    return isinstance(values, dict) and values.get("model_type") in (gpt2.MODEL_TYPE, gpt2.VARIANT_MODEL_TYPE)
 
 
 CAUSAL_LM = CausalLMFamily()

@@ -9,13 +9,9 @@ position ids (`adapt_features`, through
 `realformer_tf.models.etc.inputs.make_fixed_block_features`).
 """
 
-import tensorflow as tf
-
 from realformer_tf.checkpoints import etc_official
 from realformer_tf.errors import require
 from realformer_tf.families.base import ModelFamily
-from realformer_tf.models.etc import inputs as etc_inputs
-from realformer_tf.models.etc import model as etc_models
 from realformer_tf.models.etc.config import EtcConfig
 
 # Global tokens per long tokens where a caller gives no job options (ETC's fixed blocks).
@@ -43,6 +39,8 @@ class EtcFamily(ModelFamily):
     _save = staticmethod(etc_official.save_etc_checkpoint)
 
     def model_classes(self):
+        from realformer_tf.models.etc import model as etc_models  # TensorFlow-only: imported on use
+
         return {"pretraining": etc_models.EtcPretrainingModel, "classifier": etc_models.EtcClassifierModel,
                 "squad": etc_models.EtcSquadModel, "encoder": etc_models.EtcModel}
 
@@ -61,6 +59,8 @@ class EtcFamily(ModelFamily):
     def adapt_features(self, features, config, options=None):
         """Adds the ETC inputs (one global token per `options.etc_tokens_per_global` long
         tokens, default 16; their masks and relative ids) to BERT-layout features."""
+        from realformer_tf.models.etc import inputs as etc_inputs  # TensorFlow-only: imported on use
+
         tokens = DEFAULT_TOKENS_PER_GLOBAL if options is None else options.etc_tokens_per_global
         etc = etc_inputs.make_fixed_block_features(
             features["input_ids"], features["input_mask"], features["segment_ids"],
@@ -69,6 +69,8 @@ class EtcFamily(ModelFamily):
         return dict(features, **etc)
 
     def adapt_dataset_fn(self, dataset_fn, config, options):
+        import tensorflow as tf
+
         def fn(input_context=None, **kwargs):  # kwargs: start_step for training datasets
             return dataset_fn(input_context, **kwargs).map(
                 lambda f: self.adapt_features(f, config, options), num_parallel_calls=tf.data.AUTOTUNE)

@@ -37,7 +37,8 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
     Hugging Face folder `output` ("hf", `family.save_hf_folder`: BERT, see
     `checkpoints.bert.save_hf_folder` for `allow_variant`, `vocab_file`,
     `do_lower_case`; a causal LM as a GPT-2 folder, `checkpoints.causal_lm.
-    save_gpt2_folder`, for the variants GPT-2 computes; a translation model as a Marian
+    save_gpt2_folder`, for the variants GPT-2 computes, the others with `allow_variant`
+    as a folder with their remote code; a translation model as a Marian
     folder, `checkpoints.translation.save_marian_folder`, for the variants Marian
     computes). A config that does not state residual_attention is decided from the
     weights first (`variant_evidence`; one line to `log`). Weights holding NaN or Inf
@@ -47,8 +48,8 @@ def convert(config, source, output, task, num_labels=2, output_format="checkpoin
         CheckpointError when `source` already uses the family's names and the output
         is such a checkpoint too (nothing to convert), or when it does not fit `config`.
         VariantExportError for a Hugging Face folder of a variant without allow_variant
-        (BERT), or of a causal LM GPT-2 (a translation model Marian) does not compute
-        (always).
+        (BERT; a causal LM GPT-2 does not compute), or of a translation model Marian
+        does not compute (always).
         UsageError for --output_format=hf of a family without a folder format, or a
         `task` the family has no model of.
     """
@@ -86,9 +87,9 @@ def check_family_output(family, task, output_format):
 
 def check_hf_exportable(family, config, folder, allow_variant=False):
     """Raises VariantExportError when `family`'s Hugging Face folder would compute
-    `config`'s model wrongly (`family.check_hf_exportable`): BERT variants without
-    `allow_variant`; causal LMs other than GPT-2's (Pre-LN, no residual attention or
-    NormFormer) and translation models other than Marian's (post-LN, no Admin or
+    `config`'s model wrongly (`family.check_hf_exportable`): BERT variants and causal
+    LMs other than GPT-2's (Pre-LN, no residual attention or NormFormer) without
+    `allow_variant`; translation models other than Marian's (post-LN, no Admin or
     residual attention), always."""
     family.check_hf_exportable(config, folder, allow_variant)
 
@@ -99,9 +100,9 @@ def training_to_original(config, input_checkpoint, output_prefix, task, num_labe
 def hf_warning(config, family=None):
     """The line to print when a Hugging Face folder is written for `config`
     (`family.hf_warning`; `family` default: the one whose config `config` is): a BERT
-    variant stock transformers cannot compute; None for vanilla post-LN BERT, and for
-    any causal LM or translation model (GPT-2 and Marian folders are written only for
-    what those compute)."""
+    or causal LM variant stock transformers cannot compute (its folder carries remote
+    code); None for vanilla post-LN BERT, GPT-2's Pre-LN causal LM, and any translation
+    model (Marian folders are written only for what Marian computes)."""
     if family is None:
         family = next((f for f in FAMILIES.values() if type(config) is f.config_class), get_family("bert"))
     return family.hf_warning(config)

@@ -204,22 +204,28 @@ def write_vocab_asset(tokens, folder):
     return path
 
 
-def write_version(export_dir, version, info, save):
+def write_version(export_dir, version, info, save, info_file=None):
     """Writes a SavedModel as `export_dir/<version>/` (default: the next free integer)
     and returns that path: `save(path, local_folder)` writes it (the folder holds its
     assets until then) and returns its signature names, recorded with `info` in
-    `assets.extra/realformer_export.json`. It is written under a temporary name and
-    renamed into place, so a model server watching export_dir never sees half a
-    version; on any failure nothing is left."""
+    `assets.extra/realformer_export.json` (or a dict merged into `info`, written to
+    `info_file` under the version folder: the ONNX export's layout). It is written
+    under a temporary name and renamed into place, so a model server watching
+    export_dir never sees half a version; on any failure nothing is left."""
     final = _new_version_path(export_dir, version)
     tf.io.gfile.makedirs(export_dir)
     temp = os.path.join(export_dir, f"temp-{os.path.basename(final)}-{uuid.uuid4().hex[:8]}")
     info = dict(info, created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     local = tempfile.mkdtemp(prefix="realformer_export_")
     try:
-        info["signatures"] = save(temp, local)  # inference calls only: no fused-kernel op
-        tf.io.gfile.makedirs(os.path.join(temp, "assets.extra"))
-        with tf.io.gfile.GFile(os.path.join(temp, "assets.extra", EXPORT_INFO_FILE), "w") as f:
+        written = save(temp, local)  # inference calls only: no fused-kernel op
+        if isinstance(written, dict):
+            info.update(written)
+        else:
+            info["signatures"] = written
+        info_path = os.path.join(temp, info_file or os.path.join("assets.extra", EXPORT_INFO_FILE))
+        tf.io.gfile.makedirs(os.path.dirname(info_path))
+        with tf.io.gfile.GFile(info_path, "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
         tf.io.gfile.rename(temp, final)
     except BaseException:
@@ -234,7 +240,7 @@ def write_version(export_dir, version, info, save):
 def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_case, bert_config=None,
                            family=None, config=None, task=None, num_labels=None, label_names=None,
                            is_regression=False, max_seq_length=128, version=None, max_query_length=64,
-                           pad_to_max_seq_length=False, input_options=None, log=None):
+                           pad_to_max_seq_length=False, input_options=None, log=None, writer=None):
     """Builds the task's model, loads a checkpoint of its family (original-named or one
     of our training checkpoints) and exports it; returns the version path.
 
@@ -246,6 +252,8 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
             when neither `label_names` nor `num_labels` is given, from its weights.
         log: where the line about a variant decided from the weights goes (default
             absl logging).
+        writer: what writes the built model, called as `export_model` is (the default;
+            `serving.onnx_export.export_from_checkpoint` passes its ONNX writer).
     """
     family = family or get_family("bert")
     if config is None:
@@ -272,7 +280,7 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
     # training policy was.
     model = family.build_model(config, task, num_labels=num_labels, dtype="float32")
     family.load_checkpoint(model, prefix)
-    return export_model(
+    return (writer or export_model)(
         model, export_dir, task=task, vocab_file=vocab_file, do_lower_case=do_lower_case,
         max_seq_length=max_seq_length, label_names=label_names, is_regression=is_regression,
         version=version, max_query_length=max_query_length, pad_to_max_seq_length=pad_to_max_seq_length,
@@ -280,8 +288,11 @@ def export_from_checkpoint(export_dir, *, init_checkpoint, vocab_file, do_lower_
 
 
 def read_export_info(path):
-    """The export's description (task, labels, config, ...) from assets.extra."""
-    with tf.io.gfile.GFile(os.path.join(path, "assets.extra", EXPORT_INFO_FILE)) as f:
+    """The export's description (task, labels, config, ...): a SavedModel's from
+    assets.extra, an ONNX export's from the version folder."""
+    saved_model_info = os.path.join(path, "assets.extra", EXPORT_INFO_FILE)
+    info = saved_model_info if tf.io.gfile.exists(saved_model_info) else os.path.join(path, EXPORT_INFO_FILE)
+    with tf.io.gfile.GFile(info) as f:
         return json.load(f)
 
 

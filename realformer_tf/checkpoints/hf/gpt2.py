@@ -6,18 +6,30 @@ key and value projections side by side, and `c_proj`), `ln_2`, the MLP (`c_fc`,
 `c_proj`), with `ln_f` after the last block and the output projection tied to `wte`.
 Its `Conv1D` weights are [in, out] like our kernels, so nothing is transposed; `c_attn`
 is split into three kernels and joined back. Its "gelu_new" is our "gelu" (the tanh
-form), its "gelu" our "gelu_exact". Only what GPT-2 computes is written: Pre-LN without
-residual attention or NormFormer.
+form), its "gelu" our "gelu_exact". Only what GPT-2 computes is written as a GPT-2
+folder: Pre-LN without residual attention or NormFormer.
+
+The other variants (residual attention, Post-LN, NormFormer's switches, activations
+GPT-2 lacks) are written only on request (`allow_variant`): model_type
+"realformer_causal_lm", our CausalLMConfig fields in config.json, GPT-2's weight names
+plus the variants' own (`_VARIANT_PER_LAYER`), and the PyTorch code that computes them
+(remote_code/{configuration,modeling}_realformer_causal_lm.py, named by config.json's
+auto_map), which transformers runs with trust_remote_code=True. Both kinds of folder
+read back here (`is_causal_lm_folder`, `load_gpt2_config`, `Gpt2FolderWeights`).
 """
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 import safetensors.numpy
 
+from absl import logging
+
 from realformer_tf.checkpoints.hf import reading
 from realformer_tf.checkpoints.hf.config import CONFIG_NAME, WEIGHTS_NAME
+from realformer_tf.checkpoints.hf.writing import write_remote_code
 from realformer_tf.errors import CheckpointError, ConfigError, VariantExportError
 from realformer_tf.fileio import atomic_output, gfile
 from realformer_tf.models.causal_lm.config import CausalLMConfig
@@ -38,18 +50,50 @@ _GLOBAL = {"token_embeddings/embeddings": "transformer.wte.weight",
            "decoder/final_layer_norm/beta": "transformer.ln_f.bias"}
 _QKV = ("query", "key", "value")
 
+# The variants' folders (`allow_variant`): a model_type transformers does not know (so
+# that its GPT-2 never loads them and computes plain GPT-2), the remote code beside the
+# weights (package data of checkpoints/hf/remote_code, never imported here) and the
+# classes each Auto class loads.
+VARIANT_MODEL_TYPE = "realformer_causal_lm"
+VARIANT_ARCHITECTURE = "RealFormerTfCausalLMForCausalLM"
+REMOTE_CODE_FILES = ("configuration_realformer_causal_lm.py", "modeling_realformer_causal_lm.py")
+VARIANT_AUTO_MAP = {
+    "AutoConfig": "configuration_realformer_causal_lm.RealFormerTfCausalLMConfig",
+    "AutoModel": "modeling_realformer_causal_lm.RealFormerTfCausalLMModel",
+    "AutoModelForCausalLM": "modeling_realformer_causal_lm.RealFormerTfCausalLMForCausalLM",
+}
+# The variants' own weights: our name under decoder/layer_N/ -> theirs under transformer.h.N.
+_VARIANT_PER_LAYER = {
+    "attention/head_scale": "attn.head_scale",
+    "attention_post_layer_norm/gamma": "attn.ln_out.weight", "attention_post_layer_norm/beta": "attn.ln_out.bias",
+    "intermediate_layer_norm/gamma": "mlp.ln_act.weight", "intermediate_layer_norm/beta": "mlp.ln_act.bias",
+    "residual_scale": "residual_scale",
+}
+# The CausalLMConfig fields a variant's config.json holds (its model_type is the folder's).
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(CausalLMConfig) if f.name != "model_type")
+
+
+def folder_model_type(path):
+    """The model_type of the Hugging Face folder at `path` (None: not such a folder)."""
+    if not reading.is_hf_folder(path):
+        return None
+    values = reading.read_json_file(os.path.join(path, CONFIG_NAME))
+    return values.get("model_type") if isinstance(values, dict) else None
+
 
 def is_gpt2_folder(path):
     """True for a Hugging Face folder whose config.json says model_type "gpt2"."""
-    if not reading.is_hf_folder(path):
-        return False
-    values = reading.read_json_file(os.path.join(path, CONFIG_NAME))
-    return isinstance(values, dict) and values.get("model_type") == MODEL_TYPE
+    return folder_model_type(path) == MODEL_TYPE
+
+
+def is_causal_lm_folder(path):
+    """True for a GPT-2 folder or one of our variants' (model_type "realformer_causal_lm")."""
+    return folder_model_type(path) in (MODEL_TYPE, VARIANT_MODEL_TYPE)
 
 
 # -- config ---------------------------------------------------------------------------------
-def check_exportable(config, folder):
-    """Raises VariantExportError unless GPT-2 computes `config`'s model."""
+def _variant_parts(config):
+    """What makes `config`'s model other than GPT-2 (empty: GPT-2 computes it)."""
     variant = []
     if config.layer_norm_type != "pre" or any(config.switches().values()):
         variant.append(f"layer_norm_type={config.layer_norm_type!r} with NormFormer's switches "
@@ -58,11 +102,57 @@ def check_exportable(config, folder):
         variant.append("residual attention")
     if config.hidden_act not in _ACTIVATIONS:
         variant.append(f"hidden_act={config.hidden_act!r}")
-    if variant:
+    return variant
+
+
+def gpt2_computes(config):
+    """True when transformers' GPT2LMHeadModel computes `config`'s model: Pre-LN without
+    residual attention or NormFormer, with an activation GPT-2 has."""
+    return not _variant_parts(config)
+
+
+def check_exportable(config, folder, allow_variant=False):
+    """Raises VariantExportError unless GPT-2 computes `config`'s model or
+    `allow_variant` (a folder with our remote code; see `write_gpt2_folder`)."""
+    variant = _variant_parts(config)
+    if variant and not allow_variant:
         raise VariantExportError(
             f"{folder}: GPT-2 computes Pre-LN without residual attention or NormFormer; this model has "
             f"{', '.join(variant)}, which transformers' GPT2LMHeadModel would compute wrongly. Keep it as "
-            "a checkpoint (--output_format=checkpoint)")
+            "a checkpoint (--output_format=checkpoint), or opt in (allow_variant=True; convert_checkpoint.py "
+            f"--hf_allow_variant) to a folder with model_type {VARIANT_MODEL_TYPE!r} and its own PyTorch code, "
+            "which transformers loads only with trust_remote_code=True")
+
+
+def variant_folder_warning(config):
+    """The line that says what a variant's folder is and how to load it (what
+    convert_checkpoint.py prints for --hf_allow_variant); None for what GPT-2 computes."""
+    if gpt2_computes(config):
+        return None
+    return (f"warning: {config.describe()} is not the Pre-LN model GPT-2 computes; the folder is written with "
+            f"model_type {VARIANT_MODEL_TYPE!r} and the PyTorch code that computes it: load it with transformers' "
+            "AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True); realformer_tf reads it back "
+            "exactly.")
+
+
+def config_to_variant(config):
+    """The config.json dict of a variant's folder: our fields, model_type
+    "realformer_causal_lm", the remote code's auto_map."""
+    values = {field: getattr(config, field) for field in _CONFIG_FIELDS}
+    values.update(model_type=VARIANT_MODEL_TYPE, architectures=[VARIANT_ARCHITECTURE],
+                  auto_map=dict(VARIANT_AUTO_MAP), tie_word_embeddings=True, use_cache=True)
+    return values
+
+
+def config_from_variant(values, source):
+    """The CausalLMConfig of a variant folder's config.json dict (ours, or saved again by
+    transformers: its own keys are ignored with one log line)."""
+    ours = {field: values[field] for field in _CONFIG_FIELDS if field in values}
+    ignored = sorted(set(values) - set(_CONFIG_FIELDS) - {"model_type"})
+    if ignored:
+        logging.info("%s: Hugging Face fields without effect on the computation ignored: %s",
+                     source, ", ".join(ignored))
+    return CausalLMConfig.from_dict(ours, source=source)
 
 
 def config_to_gpt2(config):
@@ -103,44 +193,68 @@ def config_from_gpt2(values, source):
 
 
 def load_gpt2_config(path):
-    """The CausalLMConfig of a GPT-2 folder or its config.json."""
+    """The CausalLMConfig of a GPT-2 folder, a variant's folder (model_type
+    "realformer_causal_lm"), or its config.json."""
     file = os.path.join(path, CONFIG_NAME) if gfile().isdir(path) else path
     values = reading.read_json_file(file)
-    if not isinstance(values, dict) or values.get("model_type") != MODEL_TYPE:
-        raise ConfigError(f"{file} is not a GPT-2 config (model_type {MODEL_TYPE!r})")
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type == VARIANT_MODEL_TYPE:
+        return config_from_variant(values, file)
+    if model_type != MODEL_TYPE:
+        raise ConfigError(f"{file} is not a GPT-2 config (model_type {MODEL_TYPE!r}, or {VARIANT_MODEL_TYPE!r} "
+                          "for our variants)")
     return config_from_gpt2(values, file)
 
 
 # -- weights --------------------------------------------------------------------------------
 def to_gpt2_tensors(named_arrays, num_layers):
-    """{GPT-2 name: float32 array} from {our name: array} (`checkpoints.causal_lm`)."""
-    tensors = {hf: named_arrays[ours] for ours, hf in _GLOBAL.items()}
+    """{GPT-2 name: float32 array} from {our name: array} (`checkpoints.causal_lm`): a
+    variant's own weights (`_VARIANT_PER_LAYER`) where it has them, and no ln_f in
+    Post-LN."""
+    tensors = {hf: named_arrays[ours] for ours, hf in _GLOBAL.items()
+               if ours in named_arrays or not ours.startswith("decoder/final_layer_norm/")}
     for i in range(num_layers):
         ours = f"decoder/layer_{i}/"
         hf = f"transformer.h.{i}."
         tensors.update({hf + theirs: named_arrays[ours + mine] for mine, theirs in _PER_LAYER.items()})
+        tensors.update({hf + theirs: named_arrays[ours + mine] for mine, theirs in _VARIANT_PER_LAYER.items()
+                        if ours + mine in named_arrays})
         for part in ("kernel", "bias"):
             joined = np.concatenate([named_arrays[f"{ours}attention/{p}/{part}"] for p in _QKV], axis=-1)
             tensors[hf + ("attn.c_attn.weight" if part == "kernel" else "attn.c_attn.bias")] = joined
     return {name: np.ascontiguousarray(np.asarray(array, np.float32)) for name, array in tensors.items()}
 
 
-def write_gpt2_folder(folder, named_arrays, config):
-    """Writes a GPT2LMHeadModel folder (config.json + model.safetensors); returns it."""
-    check_exportable(config, folder)
+def write_gpt2_folder(folder, named_arrays, config, allow_variant=False):
+    """Writes a GPT2LMHeadModel folder (config.json + model.safetensors) for a model GPT-2
+    computes; returns it.
+
+    Other variants are refused (VariantExportError) unless `allow_variant`: then the
+    folder has model_type "realformer_causal_lm", our config fields, GPT-2's weight names
+    plus the variant's own, and the PyTorch code that computes it
+    (configuration_realformer_causal_lm.py, modeling_realformer_causal_lm.py, named by
+    config.json's auto_map): `transformers.AutoModelForCausalLM.from_pretrained(folder,
+    trust_remote_code=True)` loads it, and this package reads it back exactly. A model
+    GPT-2 computes is always a plain GPT-2 folder, without remote code.
+    """
+    check_exportable(config, folder, allow_variant)
     tensors = to_gpt2_tensors(named_arrays, config.num_hidden_layers)
+    variant = not gpt2_computes(config)
     gfile().makedirs(folder)
     with atomic_output(os.path.join(folder, WEIGHTS_NAME), "wb") as f:
         f.write(safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+    if variant:
+        write_remote_code(folder, REMOTE_CODE_FILES)  # before the config.json whose auto_map names it
     with atomic_output(os.path.join(folder, CONFIG_NAME)) as f:
-        f.write(json.dumps(config_to_gpt2(config), indent=2, sort_keys=True) + "\n")
+        values = config_to_variant(config) if variant else config_to_gpt2(config)
+        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
     return folder
 
 
 class Gpt2FolderWeights:
-    """The tensors of a GPT-2 folder under the causal LM's names (`c_attn` split in
-    three), read as `tf_checkpoint` reads any checkpoint: `path`, `shapes()`,
-    `get(name)`, `stored_name(name)`."""
+    """The tensors of a GPT-2 folder (or a variant's) under the causal LM's names
+    (`c_attn` split in three), read as `tf_checkpoint` reads any checkpoint: `path`,
+    `shapes()`, `get(name)`, `stored_name(name)`."""
 
     def __init__(self, folder):
         self.folder = folder
@@ -158,7 +272,8 @@ class Gpt2FolderWeights:
         layers = {int(n.split(".")[2]) for n in self._hf_shapes if n.startswith("transformer.h.")}
         for i in sorted(layers):
             hf = f"transformer.h.{i}."
-            names.update({f"decoder/layer_{i}/{mine}": (hf + theirs, None) for mine, theirs in _PER_LAYER.items()})
+            names.update({f"decoder/layer_{i}/{mine}": (hf + theirs, None)
+                          for mine, theirs in {**_PER_LAYER, **_VARIANT_PER_LAYER}.items()})
             for third, p in enumerate(_QKV):
                 names[f"decoder/layer_{i}/attention/{p}/kernel"] = (hf + "attn.c_attn.weight", third)
                 names[f"decoder/layer_{i}/attention/{p}/bias"] = (hf + "attn.c_attn.bias", third)

@@ -101,10 +101,12 @@ def write_hf_folder(folder, named_arrays, kind, config, num_labels=None, allow_v
     return folder
 
 
-def write_remote_code(folder):
-    """Copies the variants' PyTorch code (`REMOTE_CODE_FILES`, package data) into
-    `folder`, where config.json's auto_map names its classes."""
-    for name in REMOTE_CODE_FILES:
+def write_remote_code(folder, names=REMOTE_CODE_FILES):
+    """Copies the variants' PyTorch code (`names`, package data of `REMOTE_CODE_DIR`:
+    default the BERT variants' `REMOTE_CODE_FILES`; the causal LM's are
+    `gpt2.REMOTE_CODE_FILES`) into `folder`, where config.json's auto_map names its
+    classes."""
+    for name in names:
         with open(os.path.join(REMOTE_CODE_DIR, name), "rb") as f:
             code = f.read()
         with atomic_output(os.path.join(folder, name), "wb") as f:
