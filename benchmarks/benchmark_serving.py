@@ -27,7 +27,14 @@ printed (and must be <= 1e-4).
 Where onnxruntime is installed, a second table puts our SavedModel next to onnxruntime
 serving the same Hugging Face weights (benchmarks/serving_onnx.py: exported with
 torch.onnx, plain and with onnxruntime's BERT fusions, Rust tokenizer), each at 1 and 2
-intra-op threads.
+intra-op threads. Beside them, where tf2onnx and tokenizers are installed too, our own
+ONNX export of the same vanilla weights (`onnx_export.export_model`: model.onnx float32
+and model.int8.onnx, token ids in, raw text through its tokenizer.json) and a RealFormer
+classifier's model.onnx run in the same onnxruntime workers; their table gives time
+ratios paired over the rounds with a 95% interval. Our float32 ONNX probabilities must
+equal the SavedModel's within 1e-5 on the benchmark's texts before any timing. These
+targets run as many calls as the main sides (enough rounds for every interval), which
+lengthens the run.
 
 The same table has RealFormer (residual attention), NormFormer and ETC (raw-text export
 at 512 tokens, 16 long tokens per global token) as time ratios to the vanilla SavedModel
@@ -50,6 +57,7 @@ The last line printed is the whole result as one JSON object.
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -77,6 +85,11 @@ MAX_SEQ_LENGTH = 128
 ETC_MAX_SEQ_LENGTH = 512
 ETC_TOKENS_PER_GLOBAL = 16
 TOLERANCE = 1e-4
+# Our float32 ONNX export vs our SavedModel: the same graph converted, so as close as
+# tests/test_onnx_export.py holds it. int8 is reported, not held to a bound.
+ONNX_TOLERANCE = 1e-5
+ONNX_DIRS = {"vanilla": "vanilla_onnx", "realformer": "realformer_onnx"}  # our ONNX exports, by kind
+INTERVAL_LEVEL = 0.95
 
 SIZES = {
     "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
@@ -187,25 +200,42 @@ def export_options(lever=None):
     return options
 
 
+def export_onnx(model, path, *, quantize=None, max_seq_length=MAX_SEQ_LENGTH, reuse=False, vocab_file=VOCAB_FILE):
+    """Our ONNX export (the SavedModel's options, as shipped) into `path`/1; returns that
+    version folder (model.onnx, model.int8.onnx with quantize="int8", tokenizer.json)."""
+    from realformer_tf.serving import onnx_export
+
+    if reuse and os.path.isdir(os.path.join(path, "1")):
+        return os.path.join(path, "1")
+    return onnx_export.export_model(model, path, **export_options(None), vocab_file=vocab_file,
+                                    max_seq_length=max_seq_length, quantize=quantize)
+
+
 def make_exports(args, work):
-    """{name: SavedModel path} and the HF folder."""
+    """{name: SavedModel path}, the HF folder and {kind: our ONNX version folder} (empty
+    without --no_onnx or without the ONNX modules)."""
     from realformer_tf.checkpoints import bert as bert_checkpoint
     from realformer_tf.families import get_family
     from realformer_tf.jobs.runner import RunOptions
 
     size = "quick" if args.quick else "base"
     levers = [x for x in args.levers.split(",") if x]
-    paths = {}
+    paths, onnx_folders = {}, {}
+    onnx_kinds = ONNX_DIRS if not args.no_onnx and serving_onnx.ours_available() else {}
     t0 = time.time()
     wanted = {"vanilla": ["vanilla", "hf"] + [f"vanilla_{x}" for x in ("pad_max", "xla") if x in levers],
               "realformer": ["realformer"], "normformer": ["normformer"],
               "etc": ["etc"] + (["etc_max"] if "etc_max" in levers else [])}
+    for kind, folder in onnx_kinds.items():
+        wanted[kind].append(folder)
     for seed, kind in enumerate(["vanilla", "realformer", "normformer", "etc"]):
         if args.reuse and all(os.path.isdir(os.path.join(work, d)) for d in wanted[kind]):
             # --reuse: the exports of an earlier run with the same --work_dir.
             names = {"vanilla_pad_max": "vanilla+pad_max", "vanilla_xla": "vanilla+xla", "etc_max": "etc+etc_max"}
             for d in wanted[kind]:
-                if d != "hf":
+                if d == onnx_kinds.get(kind):
+                    onnx_folders[kind] = os.path.join(work, d, "1")
+                elif d != "hf":
                     paths[names.get(d, d)] = os.path.join(work, d, "1")
             print(f"reused {kind}", file=sys.stderr, flush=True)
             continue
@@ -226,8 +256,14 @@ def make_exports(args, work):
                 paths["etc+etc_max"] = export_one(model, os.path.join(work, "etc_max"), lever="etc_max", reuse=args.reuse, **etc)
         else:
             paths[kind] = export_one(model, os.path.join(work, kind))
+        if kind in onnx_kinds:  # the int8 model of the vanilla weights only
+            onnx_folders[kind] = export_onnx(model, os.path.join(work, onnx_kinds[kind]), reuse=args.reuse,
+                                             quantize="int8" if kind == "vanilla" else None)
         print(f"exported {kind} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-    return paths, os.path.join(work, "hf")
+    if not args.no_onnx and not onnx_kinds:
+        print("tf2onnx / tokenizers / onnxruntime not installed: no ONNX export of ours timed "
+              "(pip install \".[onnx]\")", file=sys.stderr, flush=True)
+    return paths, os.path.join(work, "hf"), onnx_folders
 
 
 # -- workers -------------------------------------------------------------------------------
@@ -279,6 +315,8 @@ if kind == "tf":
 elif kind == "onnx":
     info["threads"] = [options.intra_op_num_threads, options.inter_op_num_threads]
     info["versions"] = {"onnxruntime": ort.__version__}
+    if "tokenizers" in sys.modules:
+        info["versions"]["tokenizers"] = sys.modules["tokenizers"].__version__
 else:
     info["threads"] = [torch.get_num_threads(), torch.get_num_interop_threads()]
     info["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
@@ -299,6 +337,7 @@ for line in sys.stdin:
 
 class Worker:
     def __init__(self, kind, spec):
+        self.kind = kind
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", TOKENIZERS_PARALLELISM="false")
         # An empty folder of its own as the working directory: `python -c` imports from it
@@ -387,11 +426,12 @@ def summarize(targets, args):
 def run(args):
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_")
     os.makedirs(work, exist_ok=True)
-    paths, hf = make_exports(args, work)
+    paths, hf, onnx_folders = make_exports(args, work)
     onnx = None
     if not args.no_onnx and serving_onnx.available():
         onnx_paths, fusions = serving_onnx.export(hf, os.path.join(work, "onnx"), reuse=args.reuse)
-        onnx = dict(paths=onnx_paths, fusions=fusions)
+        onnx = dict(paths=onnx_paths, fusions=fusions, ours=serving_onnx.ours_spec(onnx_folders),
+                    ours_info=_onnx_export_info(onnx_folders))
         print(f"exported ONNX (fused ops: {fusions})", file=sys.stderr, flush=True)
     elif not args.no_onnx:
         print("onnxruntime / onnx not installed: no onnxruntime side", file=sys.stderr, flush=True)
@@ -432,11 +472,17 @@ def _run(args, work, paths, hf, levers, texts, workers, onnx=None):
                                   f"intra_op {intra}, inter_op {inter}"))
     if onnx:
         for threads in serving_onnx.THREADS:
-            worker = Worker("onnx", {"onnx": onnx["paths"], "hf": hf, "max_length": MAX_SEQ_LENGTH,
+            worker = Worker("onnx", {"onnx": onnx["paths"], "ours": onnx["ours"], "hf": hf, "max_length": MAX_SEQ_LENGTH,
                                      "intra": threads, "benchmarks": os.path.join(_ROOT, "benchmarks")})
             workers[f"onnx_{threads}"] = worker
             for graph, name in serving_onnx.target_names(threads).items():
                 targets.append(Target(name, worker, graph, True, f"onnxruntime, {graph} graph, intra_op {threads}"))
+            # Ours at the main sides' calls too: every ratio of their table gets enough
+            # rounds for its interval.
+            for model, name in serving_onnx.ours_target_names(threads).items():
+                if model in onnx["ours"]:
+                    targets.append(Target(name, worker, model, True, f"onnxruntime, {serving_onnx.OURS[model]}, "
+                                                                      f"tokenizer.json, intra_op {threads}"))
 
     # Equality first: the same texts through every target, vs the transformers side.
     check = {}
@@ -451,6 +497,9 @@ def _run(args, work, paths, hf, levers, texts, workers, onnx=None):
                 got = np.array(t.worker.ask(op="probs", model=t.model, texts=sample))
                 check.setdefault(f"{t.name}_vs_transformers", []).append(float(np.abs(got - ref).max()))
         for t in targets:
+            if t.worker.kind == "onnx" and t.model in serving_onnx.OURS:
+                check.setdefault(f"{t.name}_vs_savedmodel", []).append(_our_onnx_difference(t, tf_worker, sample))
+        for t in targets:
             if t.worker is not torch_worker and t.model != "vanilla" and "+" in t.name and t.model:
                 base = "etc" if t.model.startswith("etc") else "vanilla"
                 got = np.array(t.worker.ask(op="probs", model=t.model, texts=sample))
@@ -462,6 +511,10 @@ def _run(args, work, paths, hf, levers, texts, workers, onnx=None):
     for name, difference in check.items():
         if name.endswith("_vs_transformers") and difference > TOLERANCE:
             raise SystemExit(f"error: {name.replace('_vs_', ' and ')} differ by {difference:.2e} > {TOLERANCE}")
+        if name.endswith("_vs_savedmodel") and "int8" not in name and difference > ONNX_TOLERANCE:
+            raise SystemExit(f"error: {name.replace('_vs_', ' and the ')} differ by {difference:.2e} > {ONNX_TOLERANCE}: "
+                             "our ONNX export no longer computes the SavedModel's outputs; run "
+                             "tests/test_onnx_export.py to find where")
 
     def result():
         return {
@@ -476,6 +529,7 @@ def _run(args, work, paths, hf, levers, texts, workers, onnx=None):
             "versions": dict(torch_worker.info.get("versions", {}), **workers.get("onnx_1", torch_worker).info.get("versions", {}),
                              tensorflow=_tf_version(), python=platform.python_version()),
             "onnx_fusions": onnx["fusions"] if onnx else None,
+            "onnx_tolerance": ONNX_TOLERANCE, "ours_onnx": onnx["ours_info"] if onnx else None,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores",
             "results": summarize(targets, args),
         }
@@ -487,6 +541,29 @@ def _run(args, work, paths, hf, levers, texts, workers, onnx=None):
 
     time_loads(targets, texts, args, save_partial)
     return result()
+
+
+def _our_onnx_difference(target, tf_worker, texts):
+    """Max |probabilities difference| of one of our ONNX targets and the SavedModel it was
+    exported beside (RealFormer's for RealFormer's graph, else the vanilla one)."""
+    base = "realformer" if target.model == "realformer" else "vanilla"
+    got = np.array(target.worker.ask(op="probs", model=target.model, texts=texts))
+    want = np.array(tf_worker.ask(op="probs", model=base, texts=texts))
+    return float(np.abs(got - want).max())
+
+
+def _onnx_export_info(folders):
+    """What the result records of our ONNX exports: converter, opset, the export's own
+    check and the files' sizes in MB."""
+    info = {}
+    for kind, folder in folders.items():
+        with open(os.path.join(folder, "realformer_export.json"), encoding="utf-8") as f:
+            written = json.load(f)
+        sizes = {name: round(os.path.getsize(os.path.join(folder, name)) / 1e6, 1)
+                 for name in ("model.onnx", "model.int8.onnx") if os.path.exists(os.path.join(folder, name))}
+        info[kind] = {k: written.get(k) for k in ("converter", "opset", "check")}
+        info[kind]["size_mb"] = sizes
+    return info
 
 
 def _tf_version():
@@ -505,13 +582,45 @@ def _time_ratio(rows, key, name, base):
     return b["sentences_per_s"] / a["sentences_per_s"]
 
 
+def _round_ratios(rows, key, name, base):
+    """(name's median call time / base's) in each round both ran."""
+    a, b = (rows[key].get(n, {}).get("round_median_s", {}) for n in (name, base))
+    return [a[r] / b[r] for r in sorted(set(a) & set(b), key=int)]
+
+
 def _paired_ratio(rows, key, name, base):
     """The median over the rounds both ran of (name's median call time / base's in that
     round): a slow spell of the machine slows both sides of a round alike, so this moves
     less between runs than the ratio of the overall p50s. None without round data."""
-    a, b = (rows[key].get(n, {}).get("round_median_s", {}) for n in (name, base))
-    common = sorted(set(a) & set(b), key=int)
-    return float(np.median([a[r] / b[r] for r in common])) if common else None
+    ratios = _round_ratios(rows, key, name, base)
+    return float(np.median(ratios)) if ratios else None
+
+
+def median_interval(values, level=INTERVAL_LEVEL):
+    """A distribution-free interval for the median of `values`: the k-th smallest and
+    k-th largest, k the largest with P(Binomial(n, 1/2) < k) <= (1 - level) / 2 (the sign
+    test's interval; it covers the median with probability >= level whatever the
+    distribution, rounds being independent). None below 6 values at 95%: the extremes of
+    fewer rounds cover the median less often than that."""
+    n, tail = len(values), (1 - level) / 2
+    k, below = 0, 0.0
+    while k < n and below + math.comb(n, k) / 2 ** n <= tail:
+        below += math.comb(n, k) / 2 ** n
+        k += 1
+    if k == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[n - k]
+
+
+def _paired_interval(rows, key, name, base):
+    """(paired ratio, low, high): `_paired_ratio` and `median_interval` of the same
+    per-round ratios (low, high None with too few rounds); None without common rounds."""
+    ratios = _round_ratios(rows, key, name, base)
+    if not ratios:
+        return None
+    interval = median_interval(ratios) or (None, None)
+    return (float(np.median(ratios)), *interval)
 
 
 def format_tables(result):
@@ -565,19 +674,32 @@ def _onnx_section(result):
     onnx_table = serving_onnx.table(result["results"], _paired_ratio)
     if not onnx_table:
         return []
-    return ["## Against onnxruntime, at 1 and 2 intra-op threads (inter-op 1)", "",
-            "The same weights exported with torch.onnx (plain) and after onnxruntime's BERT fusions "
-            f"(fused ops: {json.dumps(result.get('onnx_fusions'))}), tokenized by BertTokenizerFast.", "",
-            onnx_table, ""]
+    lines = ["## Against onnxruntime, at 1 and 2 intra-op threads (inter-op 1)", "",
+             "The same weights exported with torch.onnx (plain) and after onnxruntime's BERT fusions "
+             f"(fused ops: {json.dumps(result.get('onnx_fusions'))}), tokenized by BertTokenizerFast.", "",
+             onnx_table, ""]
+    ours_table = serving_onnx.ours_table(result["results"], _paired_interval)
+    if ours_table:
+        lines += ["## Our ONNX export against torch.onnx's, in onnxruntime", "",
+                  "Our export of the same vanilla weights (model.onnx float32, model.int8.onnx: onnxruntime's "
+                  "dynamic int8) and a RealFormer classifier's model.onnx, token ids from our tokenizer.json; "
+                  f"export details: {json.dumps(result.get('ours_onnx'))}. Time ratios (< 1: the first is "
+                  "faster, batch 1 and 32 alike), each the median over the rounds both ran of the per-round "
+                  f"ratio, in brackets its {INTERVAL_LEVEL:.0%} interval (distribution-free: order statistics "
+                  "of the per-round ratios, the sign test's interval; 6 rounds at least).", "",
+                  ours_table, ""]
+    return lines
 
 
 def main(argv=None):
     args = parse_args(argv)
+    for path in (args.json_out, args.markdown_out):  # before the run: the partial JSON goes there too
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     result = run(args)
     print(format_tables(result))
     for path, text in ((args.json_out, json.dumps(result, indent=2)), (args.markdown_out, markdown_report(result))):
         if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with open(path, "w") as f:
                 f.write(text + "\n")
     if args.json_out and os.path.exists(args.json_out + ".partial"):

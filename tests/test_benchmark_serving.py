@@ -28,7 +28,8 @@ def bench():
 
 @pytest.fixture(scope="module")
 def exports(bench, tmp_path_factory):
-    """A tiny vanilla classifier exported as shipped and with each BERT lever."""
+    """A tiny vanilla classifier exported as shipped and with each BERT lever, and as our
+    ONNX export (float32 and int8) where its modules are installed."""
     import keras
 
     from realformer_tf import modeling
@@ -41,6 +42,9 @@ def exports(bench, tmp_path_factory):
     paths = {lever or "shipped": bench.export_one(model, str(work / (lever or "shipped")), lever=lever,
                                                   max_seq_length=32, vocab_file=vocab)
              for lever in (None, "pad_max", "xla")}
+    if bench.serving_onnx.ours_available():
+        paths["onnx"] = bench.export_onnx(model, str(work / "onnx"), quantize="int8", max_seq_length=32,
+                                          vocab_file=vocab)
     return paths
 
 
@@ -56,7 +60,7 @@ def test_export_options_are_export_model_arguments(bench):
 @pytest.mark.slow
 def test_levers_keep_the_probabilities_and_the_worker_serves_without_the_package(bench, exports):
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (the tokenizer ops)
+    importlib.import_module("tensorflow_text")  # registers the tokenizer ops
 
     texts = [" ".join(s.split()[:n]) for s, n in zip(h.sentences(5, seed=8), (2, 5, 9, 3, 12))]
 
@@ -112,6 +116,30 @@ def test_onnxruntime_side_serves_the_same_weights_as_transformers(bench, tmp_pat
         worker.close()
 
 
+@pytest.mark.slow
+def test_our_onnx_side_gives_the_savedmodel_probabilities(bench, exports):
+    """Our ONNX export in the benchmark's onnx worker (tokenizer.json, token ids in): the
+    SavedModel's probabilities within the benchmark's 1e-5 on its own texts, cut at 32
+    tokens; int8 runs and stays close."""
+    if "onnx" not in exports:
+        pytest.skip("tf2onnx, tokenizers, onnx or onnxruntime not installed")
+    import tensorflow as tf
+    importlib.import_module("tensorflow_text")  # registers the tokenizer ops
+
+    texts = [t for i, n in enumerate(bench.LENGTHS.values()) for t in bench.make_texts(n, 3, seed=i)]
+    serve = tf.saved_model.load(exports["shipped"]).signatures["serving_default"]
+    want = serve(text_a=tf.constant(texts), text_b=tf.constant([""] * len(texts)))["probabilities"].numpy()
+    worker = bench.Worker("onnx", {"ours": bench.serving_onnx.ours_spec({"vanilla": exports["onnx"]}), "intra": 1,
+                                   "benchmarks": os.path.join(h.ROOT, "benchmarks")})
+    try:
+        assert "realformer_tf" not in worker.info["python_modules"]
+        np.testing.assert_allclose(worker.ask(op="probs", model="ours", texts=texts), want, atol=bench.ONNX_TOLERANCE)
+        np.testing.assert_allclose(worker.ask(op="probs", model="ours_int8", texts=texts), want, atol=0.08)
+        assert len(worker.ask(op="time", model="ours_int8", batches=[texts[:2]] * 2)) == 2
+    finally:
+        worker.close()
+
+
 def test_paired_ratio_is_immune_to_a_slow_round(bench):
     # Round 1 ran on a machine twice as slow for both sides: the ratio within each round
     # is 0.8, so the paired ratio is 0.8 whatever the spell; the p50s are shifted by it.
@@ -125,6 +153,11 @@ def test_paired_ratio_is_immune_to_a_slow_round(bench):
     assert bench._paired_ratio(rows, "short/b1", "ours", "transformers") == pytest.approx(0.8)
     rows["short/b1"]["transformers"]["round_median_s"] = {"7": 0.1}
     assert bench._paired_ratio(rows, "short/b1", "ours", "transformers") is None
+    # The 95% interval of the median: none from 5 rounds, the extremes of 6, the 6th
+    # smallest and largest of 20 (P(Binomial(20, 1/2) <= 5) = 0.021 <= 0.025).
+    assert bench.median_interval([1, 2, 3, 4, 5]) is None
+    assert bench.median_interval([3, 1, 6, 2, 5, 4]) == (1, 6)
+    assert bench.median_interval(list(range(20))) == (5, 14)
 
 
 def _timed(p50_ms, sentences_per_s, rounds):
@@ -141,7 +174,9 @@ def test_report_renders_every_load_ratio_and_lever(bench):
                         "vanilla+pad_max": _timed(90.0, 35.0, [0.09, 0.1]),
                         "vanilla+threads_2_1": _timed(60.0, 50.0, [0.06, 0.06]),
                         "onnxruntime_2": _timed(50.0, 40.0, [0.05, 0.05]),
-                        "onnxruntime_fused_2": _timed(60.0, 50.0, [0.06, 0.06])}
+                        "onnxruntime_fused_2": _timed(60.0, 50.0, [0.06, 0.06]),
+                        "ours_onnx_2": _timed(40.0, 60.0, [0.04, 0.04]),
+                        "realformer_onnx_2": _timed(42.0, 58.0, [0.042, 0.042])}
     result = {"model": "quick", "machine": "test", "versions": {}, "threads": [2, 2], "requests": 3,
               "variant_requests": 3, "batch_size": 4, "batches": 2, "variant_batches": 2, "rounds": 2,
               "equality_max_abs_diff": {"ours_vs_transformers": 1e-7}, "tolerance": 1e-4, "results": results}
@@ -155,3 +190,8 @@ def test_report_renders_every_load_ratio_and_lever(bench):
     assert "| 2 | long | batch 4 | 50.0 sent/s | 40.0 sent/s | 50.0 sent/s | 1.25x throughput (paired 0.83x) " \
            "| 1.00x throughput (paired 1.00x) |" in report
     assert "| 1 | " not in report  # no onnxruntime rows at 1 thread in these results
+    # Our ONNX export's table: time ratios at both batch sizes, int8 absent here ("-").
+    assert "| 2 | short | batch 1 | p50 40.0 / p99 60.0 ms | - | p50 42.0 / p99 63.0 ms | p50 50.0 / p99 75.0 ms " \
+           "| p50 60.0 / p99 90.0 ms | 0.80x (too few rounds for an interval) | 0.67x (too few rounds for an interval) " \
+           "| - | 1.05x (too few rounds for an interval) | 0.67x (too few rounds for an interval) |" in report
+    assert "| 2 | long | batch 4 | 60.0 sent/s | - | 58.0 sent/s | 40.0 sent/s | 50.0 sent/s | 0.80x" in report
