@@ -40,3 +40,30 @@ def two_replicas():
     import tensorflow as tf
 
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(scope="module")
+def hf_modules_cache(tmp_path_factory):
+    """transformers' copies of remote code (and anything else it would cache) go to a
+    temporary folder for one test module; nothing is fetched from the Hub. transformers
+    imports those copies as the package `transformers_modules` rooted in the cache: it
+    is dropped from sys.modules on both sides, or a second module's cache (another file
+    on the same xdist worker) would not be found under the first's."""
+    import sys
+
+    from transformers import dynamic_module_utils
+
+    def forget_copies():
+        for name in [m for m in sys.modules if m == "transformers_modules" or m.startswith("transformers_modules.")]:
+            del sys.modules[name]
+
+    home = tmp_path_factory.mktemp("hf_home")
+    forget_copies()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(home / "modules"))
+        patch.setenv("HF_HOME", str(home))
+        patch.setenv("HF_MODULES_CACHE", str(home / "modules"))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setattr(sys, "path", list(sys.path))  # init_hf_modules appends the cache
+        yield home
+    forget_copies()

@@ -46,19 +46,9 @@ MODEL_CLASSES = {"pretraining": modeling.BertPretrainingModel, "encoder": modeli
 
 
 @pytest.fixture(scope="module", autouse=True)
-def modules_cache(tmp_path_factory):
-    """transformers' copies of the remote code (and anything else it would cache) go to
-    a temporary folder; nothing is fetched from the Hub."""
-    from transformers import dynamic_module_utils
-
-    home = tmp_path_factory.mktemp("hf_home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(home / "modules"))
-        patch.setenv("HF_HOME", str(home))
-        patch.setenv("HF_MODULES_CACHE", str(home / "modules"))
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setattr(sys, "path", list(sys.path))  # init_hf_modules appends the cache
-        yield home
+def modules_cache(hf_modules_cache):
+    """transformers' copies of the remote code go to a temporary folder (conftest)."""
+    return hf_modules_cache
 
 
 def random_model(config, kind, seed):

@@ -97,10 +97,10 @@ def _imported_roots(source):
     return roots
 
 
-# The Hugging Face remote code of the BERT variants: package data the writer copies into
-# folders, for transformers (torch) to run; the package never imports it.
-REMOTE_CODE = ("realformer_tf/checkpoints/hf/remote_code/configuration_realformer_bert.py",
-               "realformer_tf/checkpoints/hf/remote_code/modeling_realformer_bert.py")
+# The Hugging Face remote code of the BERT and causal-LM variants: package data the
+# writers copy into folders, for transformers (torch) to run; the package never imports it.
+REMOTE_CODE = tuple(f"realformer_tf/checkpoints/hf/remote_code/{kind}_realformer_{family}.py"
+                    for family in ("bert", "causal_lm") for kind in ("configuration", "modeling"))
 
 
 def test_wheel_holds_no_study_code(wheel):
