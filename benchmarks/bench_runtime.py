@@ -56,6 +56,16 @@ def timed_rounds(steps, batch, baseline, rounds, steps_per_round, targets=None):
                    "target": (targets or {}).get(name)} for name, s in samples.items()}
 
 
+def step_table_rows(results, baseline):
+    """The markdown rows of a `timed_rounds` result: each variant's median step, its
+    paired ratio to `baseline` and its target."""
+    lines = ["", f"| variant | step (median) | / {baseline} (paired) | target |", "|---|---|---|---|"]
+    for name, row in results.items():
+        target = f"<= {row['target']:.2f}x" if row["target"] else "-"
+        lines.append(f"| {name} | {row['median_ms']:.1f} ms | {row['paired_ratio']:.3f}x | {target} |")
+    return lines
+
+
 def write_outputs(result, table, json_out=None, markdown_out=None):
     """Prints the table, writes it and the JSON where asked, and prints the JSON last."""
     print(table)

@@ -71,7 +71,9 @@ for _path in (os.path.dirname(_HERE), _HERE):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from bench_runtime import environment, rotated, set_threads, timed_rounds, warn_if_busy, write_outputs  # noqa: E402
+from bench_runtime import (  # noqa: E402
+    environment, rotated, set_threads, step_table_rows, timed_rounds, warn_if_busy, write_outputs,
+)
 
 STEP_PRESETS = {
     "issue": dict(num_layers=6, hidden_size=512, num_heads=8, intermediate_size=2048, seq_length=512,
@@ -209,12 +211,8 @@ def step_table(result):
     lines = [f"# Causal LM training step (package Trainer, AdamW), preset {result['preset']} "
              f"({shape['num_layers']}L/{shape['hidden_size']}H/{shape['num_heads']} heads/"
              f"{shape['intermediate_size']}, seq {shape['seq_length']}, batch {shape['batch_size']}, "
-             f"vocab {shape['vocab_size']}), {result['rounds']} rounds x {result['steps']} steps",
-             "", "| variant | step (median) | / pre_ln (paired) | target |", "|---|---|---|---|"]
-    for name, row in result["results"].items():
-        target = f"<= {row['target']:.2f}x" if row["target"] else "-"
-        lines.append(f"| {name} | {row['median_ms']:.1f} ms | {row['paired_ratio']:.3f}x | {target} |")
-    return "\n".join(lines)
+             f"vocab {shape['vocab_size']}), {result['rounds']} rounds x {result['steps']} steps"]
+    return "\n".join(lines + step_table_rows(result["results"], BASELINE))
 
 
 # -- generation -------------------------------------------------------------------------------

@@ -57,7 +57,9 @@ for _path in (os.path.dirname(_HERE), _HERE):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from bench_runtime import environment, set_threads, timed_rounds, warn_if_busy, write_outputs  # noqa: E402
+from bench_runtime import (  # noqa: E402
+    environment, set_threads, step_table_rows, timed_rounds, warn_if_busy, write_outputs,
+)
 
 PRESETS = {
     "issue": dict(num_layers=6, num_decoder_layers=6, hidden_size=512, num_heads=8, intermediate_size=2048,
@@ -219,12 +221,8 @@ def table(result):
              f"{shape['num_heads']} heads/{shape['intermediate_size']}, vocab {shape['vocab_size']}, batch "
              f"{shape['batch_size']} x {shape['source_length']} -> {shape['target_length']} tokens, "
              f"{result['real_tokens']['target']} real target tokens), {result['rounds']} rounds x "
-             f"{result['steps']} steps, load average {result['loadavg_start']:.2f} at the start",
-             "", "| variant | step (median) | / post_ln (paired) | target |", "|---|---|---|---|"]
-    for name, row in result["results"].items():
-        target = f"<= {row['target']:.2f}x" if row["target"] else "-"
-        lines.append(f"| {name} | {row['median_ms']:.1f} ms | {row['paired_ratio']:.3f}x | {target} |")
-    return "\n".join(lines)
+             f"{result['steps']} steps, load average {result['loadavg_start']:.2f} at the start"]
+    return "\n".join(lines + step_table_rows(result["results"], BASELINE))
 
 
 def main(argv=None):
