@@ -56,6 +56,19 @@ def timed_rounds(steps, batch, baseline, rounds, steps_per_round, targets=None):
                    "target": (targets or {}).get(name)} for name, s in samples.items()}
 
 
+def compiled_train_step(trainer, loss_key):
+    """A tf.function running one of `trainer`'s replica train steps on a batch and
+    returning its summed `loss_key` (what the step benchmarks time)."""
+    import tensorflow as tf
+
+    @tf.function
+    def step(batch):
+        sums = trainer.strategy.run(trainer.replica_train_step, ((batch,),))
+        return sums[loss_key][0]
+
+    return step
+
+
 def step_table_rows(results, baseline):
     """The markdown rows of a `timed_rounds` result: each variant's median step, its
     paired ratio to `baseline` and its target."""

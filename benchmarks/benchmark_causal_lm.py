@@ -72,7 +72,7 @@ for _path in (os.path.dirname(_HERE), _HERE):
         sys.path.insert(0, _path)
 
 from bench_runtime import (  # noqa: E402
-    environment, rotated, set_threads, step_table_rows, timed_rounds, warn_if_busy, write_outputs,
+    compiled_train_step, environment, rotated, set_threads, step_table_rows, timed_rounds, warn_if_busy, write_outputs,
 )
 
 STEP_PRESETS = {
@@ -170,12 +170,7 @@ def make_trainer_step(config, model_dir, jit_compile):
                       optimizer_fn=lambda: optimization.create_optimizer("adamw", 1e-4, 100000, 100),
                       jit_compile=jit_compile)
 
-    @tf.function
-    def step(batch):
-        sums = trainer.strategy.run(trainer.replica_train_step, ((batch,),))
-        return sums["lm_loss"][0]
-
-    return step
+    return compiled_train_step(trainer, "lm_loss")
 
 
 def measure_step(args):

@@ -58,7 +58,7 @@ for _path in (os.path.dirname(_HERE), _HERE):
         sys.path.insert(0, _path)
 
 from bench_runtime import (  # noqa: E402
-    environment, set_threads, step_table_rows, timed_rounds, warn_if_busy, write_outputs,
+    compiled_train_step, environment, set_threads, step_table_rows, timed_rounds, warn_if_busy, write_outputs,
 )
 
 PRESETS = {
@@ -174,12 +174,7 @@ def make_trainer_step(config, batch, model_dir, jit_compile):
     if trainer.init_message:
         print(f"# {trainer.init_message}", file=sys.stderr, flush=True)
 
-    @tf.function
-    def step(features):
-        sums = trainer.strategy.run(trainer.replica_train_step, ((features,),))
-        return sums["loss"][0]
-
-    return step
+    return compiled_train_step(trainer, "loss")
 
 
 def measure(args):
