@@ -42,6 +42,23 @@ def pytest_configure(config):
 
 
 
+# The files that keep a test worker busy for a minute or more, longest first (measured
+# in a full run). pytest-xdist's loadfile hands out whole files in collection order, so
+# these start first and the three workers end close together instead of one finishing
+# a long file alone at the end. A file not named here keeps its place after them.
+LONGEST_FILES_FIRST = (
+    "test_training_xla.py", "test_keras_export_routes.py", "test_study.py", "test_pretraining.py",
+    "test_reliability.py", "test_variant_evidence.py", "test_gradient_accumulation.py",
+    "test_causal_lm_data.py", "test_distribution.py", "test_translation.py", "test_causal_lm.py",
+    "test_beam_pretraining.py", "test_cli_errors.py", "test_make_vocab.py", "test_onnx_export.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
+
+
 @pytest.fixture(scope="session")
 def two_replicas():
     """`tf.distribute.MirroredStrategy` over the two logical CPUs, one per test process."""

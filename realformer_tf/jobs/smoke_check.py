@@ -191,7 +191,7 @@ def check_variant(name, strategy, size, steps, run_dir):
     model_dir = os.path.join(run_dir, name)
     trainer = make_trainer(config, strategy, model_dir, steps + 1)
     examples = synthetic_examples(2 * size.batch_size * strategy.num_replicas_in_sync, size)
-    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn(examples, config, size)))
+    iterator = iter(distribution.distribute_dataset(strategy, dataset_fn(examples, config, size)))
     step = compiled_step(trainer, lambda batch: trainer.replica_train_step((batch,)))  # one batch per step
 
     start = time.perf_counter()

@@ -165,6 +165,24 @@ def resolve_jit_compile(jit_compile, strategy=None):
     return value == "true", value == "true" and one_replica
 
 
+def distribute_dataset(strategy, dataset_fn):
+    """`strategy.distribute_datasets_from_function(dataset_fn)`, without the copy to
+    the devices when every replica is a CPU.
+
+    By default the batches of several local replicas go through a
+    `MultiDeviceIterator` that prefetches them onto each device. When the devices are
+    CPUs (MirroredStrategy over logical CPUs, or CPU workers) there is nothing to copy
+    to, and that iterator only adds a background thread; deleting it also waited up to
+    a minute for tf.data's autotuning thread (seen as idle stalls when a finished run's
+    iterator was garbage-collected). GPUs and TPUs keep the prefetch to the device."""
+    options = None
+    if strategy.num_replicas_in_sync > 1:  # (the default strategy has no device list)
+        devices = strategy.extended.worker_devices
+        if all(tf.DeviceSpec.from_string(d).device_type == "CPU" for d in devices):
+            options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+    return strategy.distribute_datasets_from_function(dataset_fn, options=options)
+
+
 # -- multi-worker roles: which worker writes outputs (the chief), where the others do -
 def is_chief(strategy):
     """The worker that writes outputs: the only one, the `chief`, or worker 0 of a

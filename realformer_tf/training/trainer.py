@@ -36,7 +36,8 @@ import tensorflow as tf
 from absl import logging
 
 from realformer_tf.families import family_of
-from realformer_tf.training.distribution import is_chief, resolve_jit_compile, worker_checkpoint_dir
+from realformer_tf.training.distribution import (
+    distribute_dataset, is_chief, resolve_jit_compile, worker_checkpoint_dir)
 from realformer_tf.training.gradients import add_gradients, clip_and_apply
 from realformer_tf.training.monitoring import NonFiniteCheck, ProgressAction
 from realformer_tf.training.orbit_runner import OrbitRunner, orbit_messages_filtered
@@ -253,8 +254,8 @@ class Trainer:
             log_fn(f"Training already finished: step {int(self.global_step.numpy())} of {num_train_steps}")
             return {}
         start_step = int(self.global_step.numpy()) * self.gradient_accumulation_steps
-        dataset = self.strategy.distribute_datasets_from_function(
-            lambda input_context: train_dataset_fn(input_context, start_step=start_step))
+        dataset = distribute_dataset(
+            self.strategy, lambda input_context: train_dataset_fn(input_context, start_step=start_step))
         runner = OrbitRunner(self, dataset, None)
         examples_per_step = self.global_batch_size and self.global_batch_size * self.gradient_accumulation_steps
         progress = ProgressAction(self, num_train_steps, examples_per_step, log_fn)
@@ -274,7 +275,7 @@ class Trainer:
 
     def evaluate(self, eval_dataset_fn, num_steps, summary_dir=None):
         """Runs `num_steps` eval batches (-1: until the data ends); returns metric means."""
-        dataset = self.strategy.distribute_datasets_from_function(eval_dataset_fn)
+        dataset = distribute_dataset(self.strategy, eval_dataset_fn)
         runner = OrbitRunner(self, None, dataset)
         controller = orbit.Controller(
             strategy=self.strategy, evaluator=runner, global_step=self.global_step,
@@ -289,7 +290,7 @@ class Trainer:
     def predict(self, dataset_fn, output_keys, feature_keys=()):
         """Runs the model over the whole dataset; returns {key: np.ndarray} in input
         order, for the model outputs `output_keys` and the input features `feature_keys`."""
-        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        dataset = distribute_dataset(self.strategy, dataset_fn)
 
         @tf.function
         def step(features):
