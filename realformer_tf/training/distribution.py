@@ -172,9 +172,9 @@ def distribute_dataset(strategy, dataset_fn):
     By default the batches of several local replicas go through a
     `MultiDeviceIterator` that prefetches them onto each device. When the devices are
     CPUs (MirroredStrategy over logical CPUs, or CPU workers) there is nothing to copy
-    to, and that iterator only adds a background thread; deleting it also waited up to
-    a minute for tf.data's autotuning thread (seen as idle stalls when a finished run's
-    iterator was garbage-collected). GPUs and TPUs keep the prefetch to the device."""
+    to, and that iterator only adds background threads; deleting it was seen waiting
+    tens of seconds, idle, on one of tf.data's threads when a finished run's iterator
+    was garbage-collected. GPUs and TPUs keep the prefetch to the device."""
     options = None
     if strategy.num_replicas_in_sync > 1:  # (the default strategy has no device list)
         devices = strategy.extended.worker_devices
