@@ -41,7 +41,6 @@ def pytest_configure(config):
     tf.config.threading.set_intra_op_parallelism_threads(1)
 
 
-
 # The files that keep a test worker busy for a minute or more, longest first (measured
 # in a full run). pytest-xdist's loadfile hands out whole files in collection order, so
 # these start first and the three workers end close together instead of one finishing
